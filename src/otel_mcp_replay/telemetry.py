@@ -1,0 +1,109 @@
+"""Every name this plugin writes into telemetry, in one place.
+
+The rule: a key, an event name or a word that reaches a span, an event or a metric is spelled here
+and nowhere else, exactly as CONTRACT.md fixes it; the collector configuration's tests read them
+from this module, so a key added here without its allow-list entry fails a test.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+INSTRUMENTATION_NAME: Final = "otel_mcp_replay"
+
+# Span names.
+CALL_SPAN_PREFIX: Final = "tools/call"  # the call's span: "tools/call {tool}"
+ATTEMPT_SPAN_PREFIX: Final = "mcp.replay.attempt"  # one INTERNAL span per HTTP attempt
+
+# Attempt span attributes.
+MCP_METHOD_NAME: Final = "mcp.method.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"
+ATTEMPT: Final = "mcp.replay.attempt"
+HTTP_RESEND_COUNT: Final = "http.request.resend_count"
+HTTP_STATUS_CODE: Final = "http.response.status_code"
+FAILURE: Final = "mcp.replay.failure"
+EFFECT: Final = "mcp.replay.effect"
+PERMISSION_BY: Final = "mcp.replay.permission.by"
+PERMISSION_ON: Final = "mcp.replay.permission.on"
+PERMISSION_ASSUMES: Final = "mcp.replay.permission.assumes"
+DECLINED: Final = "mcp.replay.declined"
+WAIT_MS: Final = "mcp.replay.wait_ms"
+
+# The call span carries the policy too (low cardinality, useful to filter in a backend).
+POLICY: Final = "mcp.replay.policy"
+
+# The record event and its keys.
+RECORD_EVENT: Final = "mcp.tool.request_attempts"
+RECORD_REFUSED_EVENT: Final = "mcp.tool.request_attempts.refused"
+SENT: Final = "mcp.replay.sent"
+VERDICT: Final = "mcp.replay.verdict"
+MAY_HAVE_RUN: Final = "mcp.replay.may_have_run"
+ENDPOINT: Final = "mcp.replay.endpoint"
+OMITTED: Final = "mcp.replay.omitted"
+ATTEMPTS_STATUS: Final = "mcp.replay.attempts.status"
+ATTEMPTS_FAILURE: Final = "mcp.replay.attempts.failure"
+ATTEMPTS_EFFECT: Final = "mcp.replay.attempts.effect"
+ATTEMPTS_PERMISSION: Final = "mcp.replay.attempts.permission"
+ATTEMPTS_WAIT_MS: Final = "mcp.replay.attempts.wait_ms"
+
+# Scalar keys of the record, then its columns: together, the whole allow-list.
+RECORD_SCALAR_KEYS: Final = (
+    POLICY,
+    SENT,
+    EFFECT,
+    VERDICT,
+    MAY_HAVE_RUN,
+    ENDPOINT,
+    OMITTED,
+    GEN_AI_TOOL_NAME,
+    JSONRPC_REQUEST_ID,
+)
+RECORD_COLUMN_KEYS: Final = (
+    ATTEMPTS_STATUS,
+    ATTEMPTS_FAILURE,
+    ATTEMPTS_EFFECT,
+    ATTEMPTS_PERMISSION,
+    ATTEMPTS_WAIT_MS,
+)
+RECORD_KEYS: Final = RECORD_SCALAR_KEYS + RECORD_COLUMN_KEYS
+
+ATTEMPT_SPAN_KEYS: Final = (
+    MCP_METHOD_NAME,
+    GEN_AI_TOOL_NAME,
+    JSONRPC_REQUEST_ID,
+    ATTEMPT,
+    HTTP_RESEND_COUNT,
+    HTTP_STATUS_CODE,
+    FAILURE,
+    EFFECT,
+    PERMISSION_BY,
+    PERMISSION_ON,
+    PERMISSION_ASSUMES,
+    DECLINED,
+    WAIT_MS,
+)
+CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY)
+
+# The words each key may hold.
+POLICIES: Final = ("compatibility", "app-authorized")
+FAILURES: Final = ("throttle", "session-busy", "network", "error")
+DECLARABLE_KINDS: Final = ("throttle", "network")
+EFFECTS: Final = ("none", "unknown", "applied")
+PERMISSIONS_BY: Final = ("app", "compatibility", "adapter")
+ATTEMPT_PERMISSIONS: Final = ("first", *PERMISSIONS_BY)
+ASSUMPTIONS: Final = ("refused-before-execution",)
+DECLINED_REASONS: Final = ("not-retryable", "not-permitted", "changes-without-key", "budget")
+VERDICTS: Final = ("completed", "tool-error", "failed")
+ADAPTERS: Final = ("agentcore-runtime",)
+
+MAX_RECORD_ROWS: Final = 100
+
+# Metrics.
+METRIC_ATTEMPTS: Final = "mcp.client.replay.attempts"
+METRIC_WAIT: Final = "mcp.client.replay.wait"
+METRIC_CALLS: Final = "mcp.client.replay.calls"
+METRIC_RECORDS_REFUSED: Final = "mcp.client.replay.records.refused"
+
+# The session id is hashed, never raw (redaction).
+MCP_SESSION_ID: Final = "mcp.session.id"
