@@ -1,0 +1,1223 @@
+"""collector-config/ agrees with the plugin's telemetry contract and with itself.
+
+No collector, Docker or network runs here. What is checked instead:
+- every YAML/JSON file parses (duplicate keys refused, as the collector's own YAML loader does);
+- every attribute key the plugin can emit, read from `otel_mcp_replay.telemetry` (never a copied
+  list), every key the installed mcp SDK sets on its spans (read from its source) and every key the
+  httpx2 instrumentor puts on a real request's span (observed in a subprocess, `http/dup`
+  conventions) is on the redaction allow-list of each collector configuration that has one;
+- pipelines use only the components their file defines, and each defined component is used; the
+  component types and keys are those of the contrib distribution v0.136.0;
+- tail-sampling policies read contract keys and words, cover every decline reason, read only keys
+  the allow-list keeps, and the processors run in the documented order;
+- blocked patterns are RE2-safe, mask sample secrets and leave the contract's words alone;
+- the compose files mount the files they name (which exist) and publish on 127.0.0.1 only;
+- the dashboard's and the README's queries (TraceQL, Jaeger tags) use only contract attributes and
+  words, and the dashboard names the provisioned data source.
+
+Which strings of telemetry.py are attribute keys: every tuple named `*_KEYS`, and every upper-case
+string constant except span names (`*_PREFIX`), metric names (`METRIC_*`) and the instrumentation
+name. Event names (`*_EVENT`) are not attributes but are listed too (harmless; the list then holds
+the plugin's whole vocabulary). So a constant added to telemetry.py is taken as a key unless it is
+named as one of those kinds, and this file fails until the allow-lists carry it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from otel_mcp_replay import telemetry as t
+
+CC = Path(__file__).resolve().parents[1] / "collector-config"
+SINGLE = CC / "otelcol.yaml"
+AGENT = CC / "otelcol-agent.yaml"
+GATEWAY = CC / "otelcol-gateway.yaml"
+COLLECTORS = (SINGLE, AGENT, GATEWAY)
+REDACTING = (SINGLE, AGENT)  # the configurations that carry a redaction processor
+SAMPLING = (SINGLE, GATEWAY)  # the configurations that carry tail_sampling
+COMPOSE = CC / "docker-compose.yaml"
+COMPOSE_TWO_TIER = CC / "docker-compose.two-tier.yaml"
+TEMPO = CC / "tempo.yaml"
+DATASOURCES = CC / "grafana" / "provisioning" / "datasources" / "tempo.yaml"
+DASHBOARD_PROVIDER = CC / "grafana" / "provisioning" / "dashboards" / "mcp-replay.yaml"
+DASHBOARD = CC / "grafana" / "dashboards" / "mcp-replay.json"
+README = CC / "README.md"
+
+COLLECTOR_VERSION = "0.136.0"
+COLLECTOR_IMAGE = f"otel/opentelemetry-collector-contrib:{COLLECTOR_VERSION}"
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with a key twice (PyYAML keeps the last one silently)."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.load(path.read_text(), Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    assert isinstance(data, dict), f"{path.name}: not a mapping"
+    return data
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict), f"{path.name}: not an object"
+    return data
+
+
+ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def resolve(value: Any) -> Any:
+    """A config value as the collector reads it with no environment set: `${env:X:-d}` -> d, as YAML."""
+    if isinstance(value, dict):
+        return {k: resolve(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v) for v in value]
+    if isinstance(value, str):
+        whole = ENV_REF.fullmatch(value)
+        if whole:
+            return yaml.safe_load(whole.group(2) or "")
+        return ENV_REF.sub(lambda m: m.group(2) or "", value)
+    return value
+
+
+def redaction(path: Path) -> dict[str, Any]:
+    section: dict[str, Any] = load_yaml(path)["processors"]["redaction"]
+    return section
+
+
+def allow_list(path: Path) -> list[str]:
+    keys = redaction(path)["allowed_keys"]
+    assert isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+    return keys
+
+
+def tail_sampling(path: Path) -> dict[str, Any]:
+    section: dict[str, Any] = load_yaml(path)["processors"]["tail_sampling"]
+    return section
+
+
+def leaf_policies(policies: Sequence[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    for policy in policies:
+        yield policy
+        for nested in ("and", "drop", "composite"):
+            if nested in policy:
+                sub = policy[nested].get(f"{nested}_sub_policy", [])
+                yield from leaf_policies(sub)
+
+
+# ---------------------------------------------------------------------------------------------
+# The contract's vocabulary, from the code
+
+
+def telemetry_strings() -> dict[str, str]:
+    return {name: value for name, value in vars(t).items() if name.isupper() and isinstance(value, str)}
+
+
+def _is_span_or_metric_name(name: str) -> bool:
+    return name == "INSTRUMENTATION_NAME" or name.startswith("METRIC_") or name.endswith("_PREFIX")
+
+
+def plugin_attribute_keys() -> set[str]:
+    """Every attribute key the plugin can emit (and its event names), read from telemetry.py."""
+    keys: set[str] = set()
+    for name, value in vars(t).items():
+        if name.isupper() and name.endswith("_KEYS") and isinstance(value, tuple):
+            keys.update(value)
+    for name, value in telemetry_strings().items():
+        if not _is_span_or_metric_name(name):
+            keys.add(value)
+    return keys
+
+
+EVENT_NAMES = frozenset(value for name, value in telemetry_strings().items() if name.endswith("_EVENT"))
+SPAN_KEYS = frozenset((*t.ATTEMPT_SPAN_KEYS, *t.CALL_SPAN_KEYS, t.POLICY, t.MCP_SESSION_ID))
+EVENT_KEYS = frozenset(t.RECORD_KEYS)
+
+# The words each key may hold (CONTRACT.md, "Telemetry"), from telemetry.py.
+WORDS: dict[str, frozenset[str]] = {
+    t.MCP_METHOD_NAME: frozenset((t.CALL_SPAN_PREFIX,)),
+    t.FAILURE: frozenset(t.FAILURES),
+    t.EFFECT: frozenset(t.EFFECTS),
+    t.PERMISSION_BY: frozenset(t.PERMISSIONS_BY),
+    t.PERMISSION_ON: frozenset(t.FAILURES),
+    t.PERMISSION_ASSUMES: frozenset(t.ASSUMPTIONS),
+    t.DECLINED: frozenset(t.DECLINED_REASONS),
+    t.POLICY: frozenset(t.POLICIES),
+    t.VERDICT: frozenset(t.VERDICTS),
+    t.ATTEMPTS_FAILURE: frozenset(("", *t.FAILURES)),
+    t.ATTEMPTS_EFFECT: frozenset(t.EFFECTS),
+    t.ATTEMPTS_PERMISSION: frozenset(t.ATTEMPT_PERMISSIONS),
+}
+BOOL_KEYS = frozenset((t.MAY_HAVE_RUN,))
+INT_KEYS = frozenset(
+    (
+        t.ATTEMPT,
+        t.HTTP_RESEND_COUNT,
+        t.HTTP_STATUS_CODE,
+        t.WAIT_MS,
+        t.SENT,
+        t.OMITTED,
+        t.ATTEMPTS_STATUS,
+        t.ATTEMPTS_WAIT_MS,
+    )
+)
+FREE_TEXT_KEYS = frozenset((t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID))
+
+# Keys every exported span may carry whatever instrumentation made it: exception events
+# (Span.record_exception) and the resource of the Python SDK.
+EXCEPTION_KEYS = frozenset(
+    ("exception.type", "exception.message", "exception.stacktrace", "exception.escaped")
+)
+RESOURCE_KEYS = frozenset(
+    (
+        "service.name",
+        "telemetry.sdk.name",
+        "telemetry.sdk.language",
+        "telemetry.sdk.version",
+        "telemetry.auto.version",
+    )
+)
+# Deliberately never on the list: headers the instrumentor can capture, and command lines.
+NEVER_ALLOWED = re.compile(r"^(http\.(request|response)\.header\..*|process\.command(_line|_args)?)$")
+
+
+@cache
+def mcp_sdk_span_keys() -> frozenset[str]:
+    """Attribute keys the installed mcp SDK writes on its spans, read from its source with `ast`.
+
+    Looks, in every module that touches OpenTelemetry, at `attributes=` keywords, `set_attribute(s)`
+    calls, and dicts or item assignments named `attributes`.
+    """
+    import mcp
+
+    dotted = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+    keys: set[str] = set()
+
+    def add_dict(node: ast.AST) -> None:
+        if isinstance(node, ast.Dict):
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and dotted.match(key.value):
+                    keys.add(key.value)
+
+    for path in Path(mcp.__file__).parent.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        if "opentelemetry" not in source and "_otel" not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name == "set_attribute" and node.args:
+                    first = node.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        keys.add(first.value)
+                if name == "set_attributes" and node.args:
+                    add_dict(node.args[0])
+                for keyword in node.keywords:
+                    if keyword.arg == "attributes":
+                        add_dict(keyword.value)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id == "attributes" and node.value is not None:
+                        add_dict(node.value)
+                    if (
+                        isinstance(target, ast.Subscript)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "attributes"
+                        and isinstance(target.slice, ast.Constant)
+                        and isinstance(target.slice.value, str)
+                    ):
+                        keys.add(target.slice.value)
+    return frozenset(keys)
+
+
+_HTTPX_PROBE = textwrap.dedent(
+    """
+    import json, httpx2
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.instrumentation.httpx import SyncOpenTelemetryTransportHttpx2
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def handler(request):
+        if request.url.path == "/drop":
+            raise httpx2.ConnectError("connection refused", request=request)
+        answer = {"jsonrpc": "2.0", "id": 1, "result": {}}
+        return httpx2.Response(int(request.url.path.strip("/")), json=answer)
+
+    transport = SyncOpenTelemetryTransportHttpx2(httpx2.MockTransport(handler), tracer_provider=provider)
+    with httpx2.Client(transport=transport) as client:
+        client.post("http://user:pw@127.0.0.1:8000/200?token=x", content=b"{}")
+        client.post("http://127.0.0.1:8000/429", content=b"{}")
+        client.request("PURGE", "http://127.0.0.1:8000/503")
+        try:
+            client.post("http://127.0.0.1:8000/drop", content=b"{}")
+        except httpx2.ConnectError:
+            pass
+    spans = exporter.get_finished_spans()
+    print(json.dumps({
+        "spans": len(spans),
+        "span": sorted({k for s in spans for k in s.attributes}),
+        "event": sorted({k for s in spans for e in s.events for k in e.attributes}),
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def httpx2_instrumentor_keys() -> dict[str, set[str]]:
+    """Keys the httpx2 instrumentor really sets, old and new conventions at once (`http/dup`).
+
+    A subprocess: the instrumentor reads OTEL_SEMCONV_STABILITY_OPT_IN once per process.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_SEMCONV_STABILITY_OPT_IN"] = "http/dup"
+    done = subprocess.run(
+        [sys.executable, "-c", _HTTPX_PROBE], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["spans"] == 4
+    return {"span": set(seen["span"]), "event": set(seen["event"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# Every file parses
+
+
+def config_files() -> list[Path]:
+    return sorted(p for p in CC.rglob("*") if p.is_file() and p.suffix in {".yaml", ".yml", ".json"})
+
+
+def test_the_documented_files_exist() -> None:
+    for path in (
+        *COLLECTORS,
+        COMPOSE,
+        COMPOSE_TWO_TIER,
+        TEMPO,
+        DATASOURCES,
+        DASHBOARD_PROVIDER,
+        DASHBOARD,
+        README,
+    ):
+        assert path.is_file(), path
+
+
+@pytest.mark.parametrize("path", config_files(), ids=lambda p: str(p.relative_to(CC)))
+def test_every_file_parses(path: Path) -> None:
+    if path.suffix == ".json":
+        load_json(path)
+    else:
+        load_yaml(path)
+
+
+def test_the_strict_loader_refuses_a_duplicate_key() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key"):
+        yaml.load("a: 1\na: 2\n", Loader=_StrictLoader)
+
+
+def test_the_readme_names_every_file() -> None:
+    text = README.read_text()
+    for path in CC.rglob("*"):
+        if path.is_file() and path != README:
+            assert str(path.relative_to(CC)) in text, f"README.md does not mention {path.relative_to(CC)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The redaction allow-list
+
+
+def test_telemetry_strings_are_keys_or_named_as_another_kind() -> None:
+    """A new constant is either an attribute key (dotted, lower case) or named as a span/metric name."""
+    dotted = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+    for name, value in telemetry_strings().items():
+        if not _is_span_or_metric_name(name):
+            assert dotted.match(value), f"telemetry.{name} = {value!r} is neither a key nor a named kind"
+    keys = plugin_attribute_keys()
+    assert {*t.ATTEMPT_SPAN_KEYS, *t.CALL_SPAN_KEYS, *t.RECORD_KEYS, t.POLICY, t.MCP_SESSION_ID} <= keys
+    assert {t.RECORD_EVENT, t.RECORD_REFUSED_EVENT} <= keys
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_every_key_the_plugin_emits_is_allowed(path: Path) -> None:
+    missing = plugin_attribute_keys() - set(allow_list(path))
+    assert not missing, f"{path.name}: add to redaction.allowed_keys: {sorted(missing)}"
+
+
+def test_a_key_added_to_telemetry_without_its_entry_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(t, "NEW_ATTEMPT_KEY", "mcp.replay.something_new", raising=False)
+    assert "mcp.replay.something_new" in plugin_attribute_keys() - set(allow_list(SINGLE))
+    monkeypatch.setattr(t, "EXTRA_SPAN_KEYS", ("mcp.replay.in_a_tuple",), raising=False)
+    assert "mcp.replay.in_a_tuple" in plugin_attribute_keys() - set(allow_list(SINGLE))
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_the_mcp_sdk_span_keys_are_allowed(path: Path) -> None:
+    sdk = mcp_sdk_span_keys()
+    # The scan still sees what mcp 2.3 sets; if an upgrade moves these behind constants, say so here.
+    assert {"mcp.method.name", "jsonrpc.request.id", "error.type", "rpc.response.status_code"} <= sdk, sdk
+    missing = (sdk | EXCEPTION_KEYS) - set(allow_list(path))
+    assert not missing, f"{path.name}: mcp SDK keys missing from the allow-list: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_the_httpx2_instrumentor_keys_are_allowed(
+    path: Path, httpx2_instrumentor_keys: dict[str, set[str]]
+) -> None:
+    span_keys = httpx2_instrumentor_keys["span"]
+    assert {"http.method", "url.full", "http.response.status_code", "server.address"} <= span_keys, span_keys
+    missing = (span_keys | httpx2_instrumentor_keys["event"]) - set(allow_list(path))
+    assert not missing, (
+        f"{path.name}: httpx2 instrumentor keys missing from the allow-list: {sorted(missing)}"
+    )
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_the_allow_list_is_closed_and_clean(path: Path) -> None:
+    section = redaction(path)
+    assert section["allow_all_keys"] is False
+    keys = allow_list(path)
+    assert len(keys) == len(set(keys)), f"{path.name}: duplicate allowed_keys"
+    assert set(keys) >= RESOURCE_KEYS
+    assert not [k for k in keys if NEVER_ALLOWED.match(k)]
+    assert section["summary"] in {"debug", "info", "silent"}
+
+
+def test_agent_and_single_tier_redact_alike() -> None:
+    single, agent = dict(redaction(SINGLE)), dict(redaction(AGENT))
+    assert single.pop("summary") == "debug"
+    assert agent.pop("summary") == "info"
+    assert single == agent
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocked patterns
+
+RE2_UNSUPPORTED = re.compile(r"\(\?[=!>]|\(\?<[=!]|\(\?P=|\\[1-9]|[*+?}]\+")
+
+SECRETS = {
+    "Bearer abcDEF123._~+/xyz==": "abcDEF123",
+    "upstream said: authorization Bearer s3cr3t-t0k3n rejected": "s3cr3t-t0k3n",
+    "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlF": "dozjgNryP4J3",
+    "https://alice:hunter2@mcp.example.com/mcp": "hunter2",
+    "http://sk_live_abcdef@127.0.0.1:8000/mcp": "sk_live_abcdef",
+    "http://127.0.0.1:8000/mcp?token=XYZ123&x=1": "XYZ123",
+    "https://mcp.example.com/mcp?api_key=K-42-K": "K-42-K",
+    "callback?client_secret=cs-998&sig=abc": "cs-998",
+    "key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 in header": "AbCdEfGhIjKlMnOp",
+    "aws AKIAIOSFODNN7EXAMPLE used": "IOSFODNN7EXAMPLE",
+    "gh token ghp_0123456789abcdefghijABCDEFGHIJ0123456789": "0123456789abcdefghij",
+    "glpat-abcdefghijklmnopqrstu": "abcdefghijklmnopqrstu",
+    "slack xoxb-1234567890-abcdefghij": "1234567890-abcdefghij",
+    "AIzaSyA1234567890abcdefghijklmnopqrstuv": "SyA1234567890",
+}
+SENSITIVE_KEYS = (
+    "http.request.header.authorization",
+    "http.response.header.set-cookie",
+    "mcp.oauth.access_token",
+    "db.password",
+    "x_api_key",
+    "client.secret",
+)
+
+
+def harmless_values() -> set[str]:
+    """Values the plugin and its neighbours really write: none may be masked."""
+    words: set[str] = set()
+    for name, value in vars(t).items():
+        if name.isupper() and isinstance(value, tuple):
+            words.update(v for v in value if isinstance(v, str))
+    words.update(telemetry_strings().values())
+    words.update(
+        {
+            "tools/call",
+            "MCP send tools/call search",
+            "http://127.0.0.1:8000",
+            "http://127.0.0.1:8000/mcp",
+            "https://billing.internal:8443",
+            "http://localhost:4318/v1/traces",
+            "billing",
+            "charge",
+            "search",
+            "task-management-tool-v2",
+            "ask-the-oracle-about-everything",
+            "idempotency_key",
+            "RetryableConflictException",
+            "ConnectError",
+            "-32603",
+            "2",
+            "1.1",
+            "execute_tool",
+            "2025-06-18",
+            # a sha256 hex digest, as mcp.session.id is written
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "Server returned an error response",
+            "request_attempts record refused at mcp.replay.endpoint",
+            "otel-mcp-replay-demo",
+            "python",
+        }
+    )
+    return words
+
+
+def masked(value: str, patterns: Sequence[str]) -> str:
+    """What the redaction processor leaves of a string value: every match of every pattern replaced."""
+    for pattern in patterns:
+        value = re.sub(pattern, "****", value)
+    return value
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_blocked_patterns_are_re2_safe(path: Path) -> None:
+    section = redaction(path)
+    patterns = [*section["blocked_values"], *section["blocked_key_patterns"]]
+    assert patterns
+    for pattern in patterns:
+        assert not RE2_UNSUPPORTED.search(pattern), f"not RE2 (Go regexp): {pattern}"
+        re.compile(pattern)
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_blocked_values_mask_the_secrets(path: Path) -> None:
+    patterns = redaction(path)["blocked_values"]
+    for text, secret in SECRETS.items():
+        assert secret in text
+        assert secret not in masked(text, patterns), f"not masked: {text!r}"
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_blocked_values_leave_the_contract_words_alone(path: Path) -> None:
+    patterns = redaction(path)["blocked_values"]
+    for value in sorted(harmless_values()):
+        assert masked(value, patterns) == value, f"would mask a harmless value: {value!r}"
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_blocked_key_patterns_guard_secret_keys_and_spare_the_listed_ones(path: Path) -> None:
+    patterns = redaction(path)["blocked_key_patterns"]
+    for key in SENSITIVE_KEYS:
+        assert any(re.search(p, key) for p in patterns), key
+    for key in allow_list(path):
+        hit = [p for p in patterns if re.search(p, key)]
+        assert not hit, f"{key} is allowed but its value would be masked by {hit}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Components and pipelines (contrib v0.136.0)
+
+KNOWN_TYPES: dict[str, set[str]] = {
+    "receivers": {"otlp"},
+    "processors": {
+        "memory_limiter",
+        "batch",
+        "redaction",
+        "tail_sampling",
+        "attributes",
+        "filter",
+        "transform",
+        "resource",
+        "probabilistic_sampler",
+    },
+    "exporters": {"otlp", "otlphttp", "debug", "nop", "loadbalancing"},
+    "extensions": {"health_check", "zpages", "pprof"},
+    "connectors": set(),
+}
+# Keys of the v0.136.0 component configurations (the release's JSON schemas), for the components used.
+REDACTION_KEYS = {
+    "allow_all_keys",
+    "allowed_keys",
+    "allowed_values",
+    "blocked_key_patterns",
+    "blocked_values",
+    "db_sanitizer",
+    "hash_function",
+    "ignored_keys",
+    "redact_all_types",
+    "summary",
+    "url_sanitizer",
+}
+TAIL_SAMPLING_KEYS = {
+    "block_on_overflow",
+    "decision_cache",
+    "decision_wait",
+    "drop_pending_traces_on_shutdown",
+    "expected_new_traces_per_sec",
+    "num_traces",
+    "policies",
+    "sample_on_first_match",
+}
+POLICY_OPTIONS: dict[str, set[str]] = {
+    "always_sample": set(),
+    "latency": {"threshold_ms", "upper_threshold_ms"},
+    "numeric_attribute": {"key", "min_value", "max_value", "invert_match"},
+    "probabilistic": {"hash_salt", "sampling_percentage"},
+    "status_code": {"status_codes"},
+    "string_attribute": {"key", "values", "enabled_regex_matching", "cache_max_size", "invert_match"},
+    "boolean_attribute": {"key", "value", "invert_match"},
+    "ottl_condition": {"error_mode", "span", "spanevent"},
+    "span_count": {"min_spans", "max_spans"},
+    "rate_limiting": {"spans_per_second"},
+    "trace_state": {"key", "values"},
+    "and": {"and_sub_policy"},
+    "drop": {"drop_sub_policy"},
+    "composite": {"max_total_spans_per_second", "policy_order", "composite_sub_policy", "rate_allocation"},
+}
+LOADBALANCING_KEYS = {
+    "routing_key",
+    "routing_attributes",
+    "protocol",
+    "resolver",
+    "timeout",
+    "retry_on_failure",
+    "sending_queue",
+}
+RESOLVER_OPTIONS = {
+    "static": {"hostnames"},
+    "dns": {"hostname", "port", "interval", "timeout"},
+    "k8s": {"service", "ports", "timeout", "return_hostnames"},
+    "aws_cloud_map": {"namespace", "service_name", "port", "health_status", "interval", "timeout"},
+}
+
+
+def pipelines(config: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+    found: dict[str, dict[str, list[str]]] = config["service"]["pipelines"]
+    return found
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path) -> None:
+    config = load_yaml(path)
+    used: dict[str, set[str]] = {kind: set() for kind in KNOWN_TYPES}
+    for name, pipeline in pipelines(config).items():
+        assert name.split("/")[0] in {"traces", "metrics", "logs"}, name
+        assert set(pipeline) <= {"receivers", "processors", "exporters"}, name
+        for kind in ("receivers", "processors", "exporters"):
+            for component in pipeline.get(kind, []):
+                assert component in (config.get(kind) or {}), (
+                    f"{path.name}: {name} uses undefined {component}"
+                )
+                used[kind].add(component)
+        assert pipeline.get("receivers") and pipeline.get("exporters"), name
+    for extension in config["service"].get("extensions", []):
+        assert extension in (config.get("extensions") or {}), f"{path.name}: undefined extension {extension}"
+        used["extensions"].add(extension)
+    for kind, known in KNOWN_TYPES.items():
+        defined = set(config.get(kind) or {})
+        assert defined == used[kind], (
+            f"{path.name}: {kind} defined but unused: {sorted(defined - used[kind])}"
+        )
+        for component in defined:
+            assert component.split("/")[0] in known, f"{path.name}: {component} is not a v0.136.0 {kind} type"
+    assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+
+
+@pytest.mark.parametrize(
+    ("path", "order"),
+    [
+        (SINGLE, ["memory_limiter", "redaction", "tail_sampling", "batch"]),
+        (AGENT, ["memory_limiter", "redaction", "batch"]),
+        (GATEWAY, ["memory_limiter", "tail_sampling", "batch"]),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else "",
+)
+def test_processor_order(path: Path, order: list[str]) -> None:
+    assert pipelines(load_yaml(path))["traces"]["processors"] == order
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_component_keys_are_the_releases(path: Path) -> None:
+    config = load_yaml(path)
+    processors = config["processors"]
+    if "redaction" in processors:
+        assert set(processors["redaction"]) <= REDACTION_KEYS
+    if "tail_sampling" in processors:
+        section = processors["tail_sampling"]
+        assert set(section) <= TAIL_SAMPLING_KEYS
+        assert set(section.get("decision_cache", {})) <= {"sampled_cache_size", "non_sampled_cache_size"}
+        for policy in leaf_policies(section["policies"]):
+            kind = policy["type"]
+            assert kind in POLICY_OPTIONS, kind
+            assert set(policy) <= {"name", "type", kind}, policy["name"]
+            assert set(policy.get(kind) or {}) <= POLICY_OPTIONS[kind], policy["name"]
+    if "loadbalancing" in config["exporters"]:
+        section = config["exporters"]["loadbalancing"]
+        assert set(section) <= LOADBALANCING_KEYS
+        assert set(section["protocol"]) == {"otlp"}
+        assert len(section["resolver"]) == 1
+        for resolver, options in section["resolver"].items():
+            assert set(options) <= RESOLVER_OPTIONS[resolver]
+    for name, exporter in config["exporters"].items():
+        if name.split("/")[0] == "otlp":
+            assert set(exporter) <= {"endpoint", "tls", "compression", "headers", "timeout", "sending_queue"}
+
+
+@pytest.mark.parametrize("path", (SINGLE, AGENT), ids=lambda p: p.name)
+def test_otlp_receivers_listen_on_all_container_addresses(path: Path) -> None:
+    protocols = load_yaml(path)["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
+    assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_every_setting_read_from_the_environment_has_a_default_and_is_documented(path: Path) -> None:
+    text = path.read_text()
+    readme = README.read_text()
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    assert code.count("${") == len(ENV_REF.findall(code)), (
+        f"{path.name}: a ${{...}} that is not ${{env:NAME:-default}}"
+    )
+    for name, default in ENV_REF.findall(code):
+        assert name.startswith("MCP_REPLAY_"), name
+        assert default, f"{path.name}: ${{env:{name}}} has no default"
+        assert f"`{name}`" in readme, f"README.md does not document {name}"
+        assert name in text.split("\nextensions:", 1)[0], f"{path.name}: header comment does not list {name}"
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_each_collector_file_names_the_release_its_keys_are_from(path: Path) -> None:
+    assert f"v{COLLECTOR_VERSION}" in path.read_text().split("\nextensions:", 1)[0]
+    assert f"v{COLLECTOR_VERSION}" in README.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tail sampling
+
+OTTL_ATTRIBUTE = re.compile(r'attributes\["([^"]+)"\]\s*(==|!=)\s*("([^"]*)"|true|false|nil|-?\d+)')
+OTTL_NAME = re.compile(r'\bname\s*==\s*"([^"]*)"')
+
+
+def test_gateway_samples_exactly_as_the_single_tier() -> None:
+    assert tail_sampling(GATEWAY) == tail_sampling(SINGLE)
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_policies_read_contract_keys_and_words(path: Path) -> None:
+    section = tail_sampling(path)
+    names = [p["name"] for p in leaf_policies(section["policies"])]
+    assert len(names) == len(set(names))
+    for policy in leaf_policies(section["policies"]):
+        kind = policy["type"]
+        options = policy.get(kind) or {}
+        if kind in {"string_attribute", "numeric_attribute", "boolean_attribute"}:
+            key = options["key"]
+            assert key in SPAN_KEYS, f"{policy['name']}: {key} is not a contract span key"
+            if kind == "string_attribute":
+                assert not options.get("enabled_regex_matching")
+                assert key in WORDS and set(options["values"]) <= WORDS[key], policy["name"]
+            if kind == "numeric_attribute":
+                assert key in INT_KEYS
+            if kind == "boolean_attribute":
+                assert key in BOOL_KEYS
+        if kind == "ottl_condition":
+            assert options.get("error_mode") == "ignore"
+            for condition in options.get("span", []):
+                for key, _op, literal, word in OTTL_ATTRIBUTE.findall(condition):
+                    assert key in SPAN_KEYS, condition
+                    check_literal(key, literal, word, condition)
+            for condition in options.get("spanevent", []):
+                for event in OTTL_NAME.findall(condition):
+                    assert event in EVENT_NAMES, condition
+                for key, _op, literal, word in OTTL_ATTRIBUTE.findall(condition):
+                    assert key in EVENT_KEYS, condition
+                    check_literal(key, literal, word, condition)
+
+
+def check_literal(key: str, literal: str, word: str, where: str) -> None:
+    if literal == "nil":
+        return
+    if key in BOOL_KEYS:
+        assert literal in {"true", "false"}, where
+    elif key in INT_KEYS:
+        assert re.fullmatch(r"-?\d+(\.\d+)?", literal), where
+    elif key in WORDS:
+        assert literal.startswith('"') and word in WORDS[key], f"{word!r} is not a word of {key}: {where}"
+    else:
+        assert key in FREE_TEXT_KEYS, where
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_policies_keep_every_uncertain_call_and_every_error(path: Path) -> None:
+    policies = list(leaf_policies(tail_sampling(path)["policies"]))
+    top = tail_sampling(path)["policies"]
+
+    def string_values(key: str) -> set[str]:
+        return {
+            v
+            for p in top
+            if p["type"] == "string_attribute" and p["string_attribute"]["key"] == key
+            for v in p["string_attribute"]["values"]
+        }
+
+    assert "unknown" in string_values(t.EFFECT)
+    assert string_values(t.DECLINED) == set(t.DECLINED_REASONS), "every decline reason keeps its trace"
+    assert any(p["type"] == "status_code" and "ERROR" in p["status_code"]["status_codes"] for p in top)
+    conditions = [
+        c for p in top if p["type"] == "ottl_condition" for c in p["ottl_condition"].get("spanevent", [])
+    ]
+    assert any(t.RECORD_REFUSED_EVENT in c for c in conditions)
+    assert any(t.MAY_HAVE_RUN in c for c in conditions)
+    # The keeping policies stand alone at the top (an `and` around them would narrow them) and nothing drops.
+    assert not [p for p in policies if p["type"] in {"drop", "composite", "rate_limiting"}]
+    assert not [p for p in policies if (p.get(p["type"]) or {}).get("invert_match")]
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_the_rest_is_sampled_at_a_rate_the_user_sets(path: Path) -> None:
+    section = tail_sampling(path)
+    rates = [
+        p["probabilistic"]["sampling_percentage"] for p in section["policies"] if p["type"] == "probabilistic"
+    ]
+    assert rates == ["${env:MCP_REPLAY_SAMPLE_PERCENT:-10}"]
+    assert resolve(rates[0]) == 10
+    wait = resolve(section["decision_wait"])
+    assert re.fullmatch(r"\d+s", wait) and int(wait[:-1]) > 10, "longer than the default max_wait_ms"
+    cache = section.get("decision_cache", {})
+    assert cache.get("sampled_cache_size", 0) > 0
+    assert "non_sampled_cache_size" not in cache, "a late uncertain span must not inherit a drop"
+
+
+def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
+    # Single tier: redaction runs before tail_sampling in the same pipeline. Two tiers: the agent's
+    # redaction runs before the gateway's sampling.
+    for redacting, sampling in ((SINGLE, SINGLE), (AGENT, GATEWAY)):
+        allowed = set(allow_list(redacting))
+        for policy in leaf_policies(tail_sampling(sampling)["policies"]):
+            options = policy.get(policy["type"]) or {}
+            read = {options["key"]} if "key" in options else set()
+            for condition in (*options.get("span", []), *options.get("spanevent", [])):
+                read |= {key for key, *_ in OTTL_ATTRIBUTE.findall(condition)}
+            assert read <= allowed, (
+                f"{policy['name']} reads {sorted(read - allowed)}, deleted by {redacting.name}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Two tiers
+
+
+def test_agent_routes_by_trace_id_to_the_gateways() -> None:
+    exporter = load_yaml(AGENT)["exporters"]["loadbalancing"]
+    assert exporter["routing_key"] == "traceID"
+    dns = exporter["resolver"]["dns"]
+    gateway_grpc = load_yaml(GATEWAY)["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    assert gateway_grpc.rsplit(":", 1)[1] == str(dns["port"])
+    assert "otelcol-gateway" in load_yaml(COMPOSE_TWO_TIER)["services"]
+    assert resolve(dns["hostname"]) == "otelcol-gateway"
+    assert pipelines(load_yaml(AGENT))["traces"]["exporters"] == ["loadbalancing"]
+
+
+def test_gateway_has_tail_sampling_and_exports_to_jaeger_and_tempo() -> None:
+    for path in SAMPLING:
+        config = load_yaml(path)
+        assert "tail_sampling" in pipelines(config)["traces"]["processors"]
+        endpoints = {name: resolve(e["endpoint"]) for name, e in config["exporters"].items()}
+        assert endpoints == {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Compose
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+
+
+def mounts(service: Mapping[str, Any]) -> list[Mount]:
+    found: list[Mount] = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+        else:
+            source, target = volume["source"], volume["target"]
+        found.append(Mount(source, target))
+    return found
+
+
+def published_host_ips(service: Mapping[str, Any]) -> Iterator[str]:
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            yield str(port.get("host_ip", ""))
+            continue
+        spec = str(port).split("/")[0]
+        if spec.startswith("["):
+            yield spec[1 : spec.index("]")]
+            continue
+        parts = spec.split(":")
+        yield parts[0] if len(parts) == 3 else ""
+
+
+def compose_services(path: Path) -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = load_yaml(path)["services"]
+    return services
+
+
+def merged_services() -> dict[str, dict[str, Any]]:
+    """docker-compose.two-tier.yaml laid over docker-compose.yaml, as compose merges the parts used here."""
+    merged = {name: dict(service) for name, service in compose_services(COMPOSE).items()}
+    for name, override in compose_services(COMPOSE_TWO_TIER).items():
+        base = merged.setdefault(name, {})
+        for key, value in override.items():
+            if key == "volumes":
+                by_target = {m.target: v for m, v in zip(mounts(base), base.get("volumes", []), strict=True)}
+                by_target.update({m.target: v for m, v in zip(mounts(override), value, strict=True)})
+                base[key] = list(by_target.values())
+            elif key == "environment":
+                base[key] = {**base.get(key, {}), **value}
+            elif key == "depends_on":
+                base[key] = [*base.get(key, []), *value]
+            else:
+                base[key] = value
+    return merged
+
+
+def config_flag(service: Mapping[str, Any], flag: str) -> str:
+    for argument in service.get("command", []):
+        if argument.startswith(flag + "="):
+            return str(argument.split("=", 1)[1])
+    raise AssertionError(f"no {flag}= in {service.get('command')}")
+
+
+@pytest.mark.parametrize("path", (COMPOSE, COMPOSE_TWO_TIER), ids=lambda p: p.name)
+def test_published_ports_bind_loopback_only(path: Path) -> None:
+    for name, service in compose_services(path).items():
+        for host_ip in published_host_ips(service):
+            assert host_ip in {"127.0.0.1", "::1"}, (
+                f"{path.name}: {name} publishes on {host_ip or 'every address'}"
+            )
+
+
+@pytest.mark.parametrize("path", (COMPOSE, COMPOSE_TWO_TIER), ids=lambda p: p.name)
+def test_bind_mounts_exist_and_named_volumes_are_declared(path: Path) -> None:
+    declared = set((load_yaml(COMPOSE).get("volumes") or {}) | (load_yaml(path).get("volumes") or {}))
+    for name, service in compose_services(path).items():
+        for mount in mounts(service):
+            if mount.source.startswith("."):
+                assert (CC / mount.source).exists(), f"{path.name}: {name} mounts missing {mount.source}"
+            else:
+                assert mount.source in declared, f"{path.name}: {name} uses undeclared volume {mount.source}"
+
+
+def test_the_compose_files_mount_the_configs_they_document() -> None:
+    single = compose_services(COMPOSE)
+    collector = single["otelcol"]
+    target = config_flag(collector, "--config")
+    assert Mount("./otelcol.yaml", target) in mounts(collector)
+    assert collector["image"] == COLLECTOR_IMAGE
+    assert {"4317", "4318"} <= {str(p).split(":")[-1] for p in collector["ports"]}
+    assert "MCP_REPLAY_SAMPLE_PERCENT" in collector["environment"]
+
+    tempo = single["tempo"]
+    assert Mount("./tempo.yaml", config_flag(tempo, "-config.file")) in mounts(tempo)
+
+    grafana = mounts(single["grafana"])
+    assert Mount("./grafana/provisioning/datasources", "/etc/grafana/provisioning/datasources") in grafana
+    assert Mount("./grafana/provisioning/dashboards", "/etc/grafana/provisioning/dashboards") in grafana
+    provider_path = load_yaml(DASHBOARD_PROVIDER)["providers"][0]["options"]["path"]
+    assert Mount("./grafana/dashboards", provider_path) in grafana
+    home = single["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{provider_path}/{DASHBOARD.name}"
+
+    two = merged_services()
+    agent = two["otelcol"]
+    assert Mount("./otelcol-agent.yaml", config_flag(agent, "--config")) in mounts(agent)
+    assert Mount("./otelcol.yaml", config_flag(agent, "--config")) not in mounts(agent)
+    gateway = two["otelcol-gateway"]
+    assert Mount("./otelcol-gateway.yaml", config_flag(gateway, "--config")) in mounts(gateway)
+    assert gateway["image"] == COLLECTOR_IMAGE
+    assert not gateway.get("ports"), "gateways publish nothing"
+
+
+def test_every_config_file_is_mounted_by_a_compose_file() -> None:
+    sources = {
+        (CC / m.source).resolve()
+        for path in (COMPOSE, COMPOSE_TWO_TIER)
+        for service in compose_services(path).values()
+        for m in mounts(service)
+        if m.source.startswith(".")
+    }
+
+    def mounted(path: Path) -> bool:
+        return any(path.resolve() == s or s in path.resolve().parents for s in sources)
+
+    for path in config_files():
+        if path not in (COMPOSE, COMPOSE_TWO_TIER):
+            assert mounted(path), f"{path.relative_to(CC)} is not mounted by either compose file"
+
+
+def test_images_are_pinned() -> None:
+    for path in (COMPOSE, COMPOSE_TWO_TIER):
+        for name, service in compose_services(path).items():
+            image = service.get("image")
+            if image is None:
+                continue
+            repository, _, tag = image.rpartition(":")
+            assert repository and re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: pin {image}"
+            if repository == "jaegertracing/jaeger":
+                assert tag.startswith("2."), "Jaeger v2"
+            assert f"`{image}`" in README.read_text(), f"README.md does not name {image}"
+
+
+def test_exporters_reach_services_compose_runs() -> None:
+    services = compose_services(COMPOSE)
+    tempo_grpc = load_yaml(TEMPO)["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    for path in SAMPLING:
+        for exporter in load_yaml(path)["exporters"].values():
+            host, port = resolve(exporter["endpoint"]).rsplit(":", 1)
+            assert host in services, exporter
+            if host == "tempo":
+                assert tempo_grpc.rsplit(":", 1)[1] == port
+
+
+# ---------------------------------------------------------------------------------------------
+# Grafana
+
+
+def tempo_datasource() -> dict[str, Any]:
+    sources: list[dict[str, Any]] = [d for d in load_yaml(DATASOURCES)["datasources"] if d["type"] == "tempo"]
+    assert len(sources) == 1
+    return sources[0]
+
+
+def test_datasources_point_at_the_compose_services() -> None:
+    tempo = tempo_datasource()
+    port = load_yaml(TEMPO)["server"]["http_listen_port"]
+    assert tempo["url"] == f"http://tempo:{port}"
+    jaeger = [d for d in load_yaml(DATASOURCES)["datasources"] if d["type"] == "jaeger"]
+    assert [d["url"] for d in jaeger] == ["http://jaeger:16686"]
+    uids = [d["uid"] for d in load_yaml(DATASOURCES)["datasources"]]
+    assert len(uids) == len(set(uids))
+
+
+def dashboard_targets() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    dashboard = load_json(DASHBOARD)
+    return [(panel, target) for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def test_the_dashboard_uses_the_provisioned_datasource() -> None:
+    uid = tempo_datasource()["uid"]
+    dashboard = load_json(DASHBOARD)
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24
+        if "targets" in panel:
+            assert panel["datasource"] == {"type": "tempo", "uid": uid}
+    for _panel, target in dashboard_targets():
+        assert target["datasource"] == {"type": "tempo", "uid": uid}
+        assert target["queryType"] == "traceql"
+
+
+def test_the_dashboard_has_the_promised_panels() -> None:
+    queries = [target["query"] for _, target in dashboard_targets()]
+    joined = "\n".join(queries)
+    assert f'event.{t.EFFECT} = "unknown"' in joined or f'span.{t.EFFECT} = "unknown"' in joined
+    assert f"by (span.{t.PERMISSION_BY})" in joined
+    assert f"by (span.{t.DECLINED})" in joined
+    assert f"span.{t.WAIT_MS}" in joined
+    for panel, target in dashboard_targets():
+        metrics = "|" in target["query"]
+        assert panel["type"] == ("timeseries" if metrics else "table"), panel["title"]
+        if metrics:
+            assert target.get("metricsQueryType") == "range"
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries: TraceQL and Jaeger tags use only contract attributes and words
+
+TRACEQL_INTRINSICS = frozenset(
+    (
+        "event:name",
+        "span:name",
+        "span:status",
+        "span:duration",
+        "span:kind",
+        "trace:rootService",
+        "trace:rootName",
+    )
+)
+TRACEQL_RESOURCE_KEYS = frozenset(("service.name",))
+TRACEQL_FUNCTIONS = frozenset(
+    (
+        "rate",
+        "count_over_time",
+        "sum_over_time",
+        "min_over_time",
+        "max_over_time",
+        "avg_over_time",
+        "quantile_over_time",
+        "histogram_over_time",
+    )
+)
+_STRING = r'"(?:[^"\\]|\\.)*"'
+TRACEQL_REF = re.compile(
+    r"(?<![\w.:])(span|event|resource|link|instrumentation|trace)([.:])([A-Za-z_][\w.]*)"
+)
+TRACEQL_COMPARISON = re.compile(
+    r"(?<![\w.:])((?:span|event|resource)\.[\w.]+|[a-z]+:[A-Za-z]+)\s*(=~|!~|!=|>=|<=|=|>|<)\s*"
+    rf"({_STRING}|nil|true|false|-?\d+(?:\.\d+)?(?:ns|us|ms|s|m|h)?)"
+)
+TRACEQL_UNSCOPED = re.compile(r"(?<![\w\"])\.[A-Za-z_]")
+
+
+def check_traceql(query: str) -> None:
+    """Every attribute a TraceQL query names is the contract's, in its scope, compared with its words."""
+    bare = re.sub(_STRING, '""', query)
+    assert bare.count("{") == bare.count("}") and bare.count("(") == bare.count(")"), query
+    assert not TRACEQL_UNSCOPED.search(re.sub(r"\d\.\d|\(\s*\.\d", "", bare)), f"unscoped attribute: {query}"
+    refs = TRACEQL_REF.findall(bare)
+    assert refs, query
+    for scope, sep, name in refs:
+        if sep == ":":
+            assert f"{scope}:{name}" in TRACEQL_INTRINSICS, f"{scope}:{name} in {query}"
+        elif scope == "span":
+            assert name in SPAN_KEYS, f"span.{name} is not a contract span key: {query}"
+        elif scope == "event":
+            assert name in EVENT_KEYS, f"event.{name} is not a record key: {query}"
+        elif scope == "resource":
+            assert name in TRACEQL_RESOURCE_KEYS, query
+        else:
+            raise AssertionError(f"{scope}.{name}: {query}")
+    for ref, op, literal in TRACEQL_COMPARISON.findall(query):
+        if ref == "event:name":
+            assert op in {"=", "!="} and literal.strip('"') in EVENT_NAMES, query
+            continue
+        if ":" in ref:
+            continue
+        key = ref.split(".", 1)[1]
+        if literal == "nil":
+            assert op in {"=", "!="}, query
+        elif key in BOOL_KEYS:
+            assert op in {"=", "!="} and literal in {"true", "false"}, query
+        elif key in INT_KEYS:
+            assert re.fullmatch(r"-?\d+(\.\d+)?", literal), query
+        elif key in WORDS:
+            assert op in {"=", "!="} and literal.strip('"') in WORDS[key], (
+                f"{literal} is not a word of {key}: {query}"
+            )
+        else:
+            assert key in FREE_TEXT_KEYS or key in TRACEQL_RESOURCE_KEYS, query
+    if "|" in bare:
+        stage = bare.split("|", 1)[1]
+        function = re.match(r"\s*(\w+)\s*\(([^)]*)\)", stage)
+        assert function and function.group(1) in TRACEQL_FUNCTIONS, query
+        for argument in function.group(2).split(","):
+            argument = argument.strip()
+            if argument.startswith("span."):
+                assert argument[5:] in INT_KEYS, f"{argument} is not numeric: {query}"
+
+
+def readme_traceql() -> list[str]:
+    return [block.strip() for block in re.findall(r"```traceql\n(.*?)```", README.read_text(), flags=re.S)]
+
+
+def test_the_dashboard_queries_only_contract_attributes() -> None:
+    queries = [target["query"] for _, target in dashboard_targets()]
+    assert len(queries) >= 6
+    for query in queries:
+        check_traceql(query)
+
+
+def test_the_readme_traceql_queries_only_contract_attributes() -> None:
+    queries = readme_traceql()
+    for query in queries:
+        check_traceql(query)
+    for wanted in (
+        f'{{ span.{t.EFFECT} = "unknown" }}',
+        f"{{ span.{t.DECLINED} != nil }}",
+        f'{{ span.{t.PERMISSION_BY} = "compatibility" }}',
+        f'{{ event:name = "{t.RECORD_EVENT}" && event.{t.MAY_HAVE_RUN} = true }}',
+    ):
+        assert wanted in queries, wanted
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '{ span.mcp.replay.effect = "maybe" }',
+        '{ span.mcp.replay.verdicts = "failed" }',
+        "{ span.mcp.replay.sent > 1 }",
+        '{ event.mcp.replay.failure = "throttle" }',
+        '{ event:name = "mcp.tool.attempts" }',
+        '{ .mcp.replay.effect = "unknown" }',
+        '{ span.mcp.replay.may_have_run = "yes" }',
+        "{ span.mcp.replay.effect != nil } | quantile_over_time(span.mcp.replay.effect, .9)",
+    ],
+)
+def test_the_query_check_refuses_what_is_not_the_contracts(query: str) -> None:
+    with pytest.raises(AssertionError):
+        check_traceql(query)
+
+
+JAEGER_INTRINSIC_TAGS = {"error": frozenset(("true", "false"))}
+
+
+def readme_jaeger_tags() -> list[list[tuple[str, str]]]:
+    section = README.read_text().split("## Jaeger searches", 1)[1].split("\n## ", 1)[0]
+    searches: list[list[tuple[str, str]]] = []
+    for line in section.splitlines():
+        if line.startswith("|") and "=" in line:
+            cell = line.rstrip(" |").rsplit("|", 1)[1]
+            code = re.findall(r"`([^`]*)`", cell)
+            assert len(code) == 1, line
+            pairs = [pair.partition("=") for pair in code[0].split()]
+            assert all(sep for _, sep, _ in pairs), line
+            searches.append([(key, value) for key, _, value in pairs])
+    return searches
+
+
+def test_the_readme_jaeger_searches_use_contract_keys_and_words() -> None:
+    searches = readme_jaeger_tags()
+    assert len(searches) >= 8
+    assert [(t.EFFECT, "unknown")] in searches
+    for search in searches:
+        for key, value in search:
+            if key in JAEGER_INTRINSIC_TAGS:
+                assert value in JAEGER_INTRINSIC_TAGS[key]
+                continue
+            assert key in SPAN_KEYS | EVENT_KEYS, f"Jaeger tag {key} is not a contract key"
+            if key in WORDS:
+                assert value in WORDS[key], f"{value} is not a word of {key}"
+            elif key in BOOL_KEYS:
+                assert value in {"true", "false"}
+            elif key in INT_KEYS:
+                assert value.isdigit()
+            else:
+                assert key in FREE_TEXT_KEYS
