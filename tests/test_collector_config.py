@@ -25,6 +25,7 @@ named as one of those kinds, and this file fails until the allow-lists carry it.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import os
 import re
@@ -212,13 +213,15 @@ NEVER_ALLOWED = re.compile(r"^(http\.(request|response)\.header\..*|process\.com
 
 
 @cache
-def mcp_sdk_span_keys() -> frozenset[str]:
-    """Attribute keys the installed mcp SDK writes on its spans, read from its source with `ast`.
+def literal_span_keys(package: str) -> frozenset[str]:
+    """Attribute keys a package writes on spans as literal strings, read from its source with `ast`.
 
     Looks, in every module that touches OpenTelemetry, at `attributes=` keywords, `set_attribute(s)`
-    calls, and dicts or item assignments named `attributes`.
+    calls, `add_event(name, {...})`, and dicts or item assignments named `attributes`. Keys passed
+    through a name (`t.EFFECT`) are not literals: telemetry.py is read for those.
     """
-    import mcp
+    module = importlib.import_module(package)
+    assert module.__file__ is not None
 
     dotted = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
     keys: set[str] = set()
@@ -229,7 +232,7 @@ def mcp_sdk_span_keys() -> frozenset[str]:
                 if isinstance(key, ast.Constant) and isinstance(key.value, str) and dotted.match(key.value):
                     keys.add(key.value)
 
-    for path in Path(mcp.__file__).parent.rglob("*.py"):
+    for path in Path(module.__file__).parent.rglob("*.py"):
         source = path.read_text(encoding="utf-8")
         if "opentelemetry" not in source and "_otel" not in source:
             continue
@@ -243,6 +246,8 @@ def mcp_sdk_span_keys() -> frozenset[str]:
                         keys.add(first.value)
                 if name == "set_attributes" and node.args:
                     add_dict(node.args[0])
+                if name == "add_event" and len(node.args) > 1:
+                    add_dict(node.args[1])
                 for keyword in node.keywords:
                     if keyword.arg == "attributes":
                         add_dict(keyword.value)
@@ -388,11 +393,18 @@ def test_a_key_added_to_telemetry_without_its_entry_fails(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
 def test_the_mcp_sdk_span_keys_are_allowed(path: Path) -> None:
-    sdk = mcp_sdk_span_keys()
+    sdk = literal_span_keys("mcp")
     # The scan still sees what mcp 2.3 sets; if an upgrade moves these behind constants, say so here.
     assert {"mcp.method.name", "jsonrpc.request.id", "error.type", "rpc.response.status_code"} <= sdk, sdk
     missing = (sdk | EXCEPTION_KEYS) - set(allow_list(path))
     assert not missing, f"{path.name}: mcp SDK keys missing from the allow-list: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_keys_the_plugin_writes_as_literals_are_allowed(path: Path) -> None:
+    """A key spelled in the plugin's code rather than in telemetry.py must still pass the collector."""
+    missing = literal_span_keys("otel_mcp_replay") - set(allow_list(path))
+    assert not missing, f"{path.name}: otel_mcp_replay writes keys the allow-list lacks: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
