@@ -10,28 +10,21 @@ built-in types are accepted, so no method a filing carries ever runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, cast
+from typing import Final, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
-
-Policy = Literal["compatibility", "app-authorized"]
-Effect = Literal["none", "unknown", "applied"]
-CallVerdict = Literal["completed", "tool-error", "failed"]
+from otel_mcp_replay.declaration import LABEL, ORIGIN, Policy
+from otel_mcp_replay.law import CallVerdict, Effect
 
 # OTLP carries int64: a larger int would fail the export of the whole batch, not just this record.
 _INT64_MAX: Final = 2**63 - 1
 # A tool name or request id longer than this is not a name: refuse rather than carry it.
 MAX_TEXT_LEN: Final = 256
-
-LABEL: Final = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
-# A bare origin as declaration.origin_of writes it: lower-case host, explicit port, nothing after.
-ORIGIN: Final = re.compile(r"https?://(?:[a-z0-9_.-]{1,253}|\[[0-9a-f:.]{2,45}\]):([0-9]{1,5})", re.ASCII)
 
 _WORDS_FAILURE: Final = frozenset(("", *t.FAILURES))
 _WORDS_EFFECT: Final = frozenset(t.EFFECTS)
