@@ -40,6 +40,7 @@ NOW_S = NOW.timestamp()
         ("86400", MAX_RETRY_AFTER_MS),
         ("86401", MAX_RETRY_AFTER_MS),  # clamped, not refused: it passes any cap and declines there
         ("9" * 5000, MAX_RETRY_AFTER_MS),
+        ("0" * 5000 + "5", 5000),
     ],
 )
 def test_retry_after_in_delta_seconds(value: str, ms: int) -> None:

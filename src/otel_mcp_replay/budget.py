@@ -42,10 +42,11 @@ def retry_after_ms(value: str | None, now_epoch_s: float) -> int | None:
         return None
     text = value.strip(" \t")
     if _DELTA_SECONDS.fullmatch(text):
+        digits = text.lstrip("0") or "0"
         # Enough digits to pass a day are a day: int() of a huge string would be slow or refused.
-        if len(text) > 8:
+        if len(digits) > 8:
             return MAX_RETRY_AFTER_MS
-        return min(int(text) * 1000, MAX_RETRY_AFTER_MS)
+        return min(int(digits) * 1000, MAX_RETRY_AFTER_MS)
     try:
         when = parsedate_to_datetime(text)
         if when.tzinfo is None:  # an HTTP-date is always GMT

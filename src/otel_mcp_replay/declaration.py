@@ -239,6 +239,9 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
     if isinstance(raw, Declaration):
         return raw
     given = _fields_of(raw, where, _FIELDS)
+    for name in ("policy", "label", "adapter", "tools", "deduplicates"):
+        if name in given and given[name] is None:  # a field written holds its type; null means nothing
+            _type_error(_at(where, name), "must not be null")
     policy = _check_policy(given.get("policy", "compatibility"), _at(where, "policy"))
     label = _check_label(given.get("label"), _at(where, "label"))
     adapter = _check_adapter(given.get("adapter"), _at(where, "adapter"))

@@ -17,7 +17,6 @@ from otel_mcp_replay.declaration import Declaration
 FailureKind = Literal["throttle", "session-busy", "network", "error"]
 Effect = Literal["none", "unknown", "applied"]
 CallVerdict = Literal["completed", "tool-error", "failed"]
-Answer = Literal["result", "error"]  # the kind of JSON-RPC response that answered a request
 DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key", "budget"]
 
 
