@@ -110,6 +110,37 @@ def test_an_on_list_may_be_any_plain_collection_and_repeat_itself() -> None:
         assert entry.on == frozenset(on)
 
 
+class Sly(str):
+    def __str__(self) -> str:
+        return "app-authorized"
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_names_are_kept_as_plain_strings() -> None:
+    declaration = declaration_of(
+        {
+            "label": Sly("billing"),
+            "tools": {Sly("charge"): {"on": [Sly("network")]}},
+            "deduplicates": {"argument": Sly("k")},
+        }
+    )
+    assert type(declaration.label) is str and declaration.label == "billing"
+    assert type(declaration.key_argument) is str
+    assert [type(name) for name in declaration.tools] == [str]
+    assert "search" not in declaration.tools
+    assert [type(kind) for kind in declaration.tools["charge"].on] == [str]
+    for raw in ({"adapter": Sly("other")}, {"policy": Sly("strict")}, {"tools": {"t": {"on": [Sly("x")]}}}):
+        with pytest.raises(ValueError):
+            declaration_of(raw)
+    with pytest.raises(ValueError):
+        ToolEntry(on=frozenset({Sly("error")}))
+
+
 def test_tool_names_are_the_server_s_own_spelling() -> None:
     declaration = declaration_of({"tools": {"Fetch.Page v2": {"on": ["network"]}}})
     assert set(declaration.tools) == {"Fetch.Page v2"}

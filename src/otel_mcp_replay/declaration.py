@@ -69,6 +69,7 @@ def _value_error(path: str, why: str) -> NoReturn:
 
 def _key(key: str) -> str:
     """A key the app wrote, as a path segment: plain names bare, anything else quoted and escaped."""
+    key = _plain(key)
     if _PLAIN_KEY.fullmatch(key):
         return key
     # json.dumps escapes control and non-ASCII characters, so a key cannot forge a log line.
@@ -95,6 +96,12 @@ def _fields_of(raw: object, where: str, known: frozenset[str]) -> Mapping[str, o
     return raw
 
 
+def _plain(value: str) -> str:
+    """An exact str of `value`'s characters: a subclass's __str__, __eq__ or __hash__ never reaches
+    the declaration, whose names are compared on every request."""
+    return str.__str__(value)
+
+
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -105,6 +112,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 def _check_policy(value: object, path: str) -> Policy:
     if not isinstance(value, str):
         _type_error(path, "must be a string")
+    value = _plain(value)
     if value == "compatibility":
         return "compatibility"
     if value == "app-authorized":
@@ -117,9 +125,10 @@ def _check_label(value: object, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         _type_error(path, "must be a string")
+    value = _plain(value)
     if not LABEL.fullmatch(value):
         _value_error(path, "must be 1 to 64 characters of A-Z a-z 0-9 . _ -")
-    return str(value)
+    return value
 
 
 def _check_adapter(value: object, path: str) -> str | None:
@@ -127,9 +136,10 @@ def _check_adapter(value: object, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         _type_error(path, "must be a string")
+    value = _plain(value)
     if value not in t.ADAPTERS:
         _value_error(path, f"unknown adapter (known: {', '.join(t.ADAPTERS)})")
-    return str(value)
+    return value
 
 
 _NOT_AN_ARGUMENT: Final = "must be a string: the name of the argument that carries the key"
@@ -140,23 +150,22 @@ def _check_argument(value: object, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         _type_error(path, _NOT_AN_ARGUMENT)
+    value = _plain(value)
     if not value:
         _value_error(path, "must not be empty")
-    return str(value)
+    return value
 
 
 def _check_on(value: object, path: str) -> frozenset[str]:
-    if isinstance(value, frozenset) and value <= _DECLARABLE:
-        return value  # already read: a ToolEntry built from a ToolEntry
     if not isinstance(value, (list, tuple, set, frozenset)):
         _type_error(path, "must be a list of failure kinds")
     for i, kind in enumerate(value):
         where = f"{path}[{i}]" if isinstance(value, (list, tuple)) else path
         if not isinstance(kind, str):
             _type_error(where, "must be a string")
-        if kind not in _DECLARABLE:
+        if _plain(kind) not in _DECLARABLE:
             _value_error(where, f"unknown failure kind (declarable: {', '.join(t.DECLARABLE_KINDS)})")
-    return frozenset(str(kind) for kind in value)
+    return frozenset(_plain(kind) for kind in value)
 
 
 def _check_changes(value: object, path: str) -> bool:
@@ -210,7 +219,7 @@ class Declaration:
                 _value_error("tools", "has an empty tool name")
             if type(entry) is not ToolEntry:
                 _type_error(_at("tools", name), "must be a ToolEntry")
-            tools[name] = entry
+            tools[_plain(name)] = entry
         object.__setattr__(self, "tools", MappingProxyType(tools))
 
     @property
@@ -265,7 +274,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
                 _type_error(path, "has a tool name that is not a string")
             if not name:
                 _value_error(path, "has an empty tool name")
-            tools[name] = _tool_entry_of(raw_entry, _at(path, name))
+            tools[_plain(name)] = _tool_entry_of(raw_entry, _at(path, name))
     return Declaration(
         policy=policy,
         tools=MappingProxyType(tools),
