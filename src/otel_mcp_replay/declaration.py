@@ -120,40 +120,36 @@ def _check_policy(value: object, path: str) -> Policy:
     _value_error(path, f"unknown policy (known: {', '.join(t.POLICIES)})")
 
 
-def _check_label(value: object, path: str) -> str | None:
+def _optional_text(value: object, path: str, why: str = "must be a string") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        _type_error(path, "must be a string")
-    value = _plain(value)
-    if not LABEL.fullmatch(value):
+        _type_error(path, why)
+    return _plain(value)
+
+
+def _check_label(value: object, path: str) -> str | None:
+    label = _optional_text(value, path)
+    if label is not None and not LABEL.fullmatch(label):
         _value_error(path, "must be 1 to 64 characters of A-Z a-z 0-9 . _ -")
-    return value
+    return label
 
 
 def _check_adapter(value: object, path: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        _type_error(path, "must be a string")
-    value = _plain(value)
-    if value not in t.ADAPTERS:
+    adapter = _optional_text(value, path)
+    if adapter is not None and adapter not in t.ADAPTERS:
         _value_error(path, f"unknown adapter (known: {', '.join(t.ADAPTERS)})")
-    return value
+    return adapter
 
 
 _NOT_AN_ARGUMENT: Final = "must be a string: the name of the argument that carries the key"
 
 
 def _check_argument(value: object, path: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        _type_error(path, _NOT_AN_ARGUMENT)
-    value = _plain(value)
-    if not value:
+    argument = _optional_text(value, path, _NOT_AN_ARGUMENT)
+    if argument == "":
         _value_error(path, "must not be empty")
-    return value
+    return argument
 
 
 def _check_on(value: object, path: str) -> frozenset[str]:
