@@ -524,7 +524,10 @@ class RedactionRules:
             return self._hash(value if type(value) is str else str(value))
         if type(value) is not str:
             return value
-        masked = mask_url(value) if action == _URL else _mask_params(value)
+        if action == _URL and "@" not in value and "?" not in value and "#" not in value:
+            masked = value  # no userinfo, query or fragment: mask_url would return it as it is
+        else:
+            masked = mask_url(value) if action == _URL else _mask_params(value)
         masked = self._text(masked) if self._value_patterns else masked
         return value if masked == value else masked
 
@@ -552,8 +555,21 @@ class RedactionRules:
             return None
         copied = _plain_dict(attributes)
         changed = False
+        actions = self._actions
+        plain_is_builtin_only = not self._value_patterns
         for key, value in copied.items():
-            new = self._value(self._action(key), value, hash_sessions)
+            action = actions.get(key)
+            if action is None:
+                action = self._action(key)
+            # The common case inline: a plain scalar that holds no URL has nothing to change.
+            if action == _PLAIN and plain_is_builtin_only:
+                kind = type(value)
+                if kind is str:
+                    if "://" not in value:
+                        continue
+                elif kind is not tuple and kind is not list:
+                    continue
+            new = self._value(action, value, hash_sessions)
             if new is not value:
                 copied[key] = new
                 changed = True
