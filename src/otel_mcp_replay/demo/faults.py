@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 from urllib.parse import parse_qs
 
@@ -63,7 +63,7 @@ class Status(Fault):
 
     code: int = 503
     body: bytes | str | Mapping[str, Any] | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -271,8 +271,7 @@ class FaultPlan:
             if queue:
                 fault = queue.popleft()
             elif self._rule is not None:
-                ctx = FaultContext(**{**ctx_without_index.__dict__, "index": index})
-                fault = self._rule(ctx)
+                fault = self._rule(replace(ctx_without_index, index=index))
             else:
                 fault = None
             if fault is not None:
@@ -571,7 +570,7 @@ def _parse(scope: Scope, body: bytes) -> _Post:
 def _with_fault(record: PostRecord, fault: Fault | None) -> PostRecord:
     if fault is None:
         return record
-    return PostRecord(**{**record.__dict__, "fault": fault.name})
+    return replace(record, fault=fault.name)
 
 
 async def _run_swallowed(app: ASGIApp, scope: Scope, receive: Receive) -> tuple[Message | None, bytes]:
@@ -601,7 +600,7 @@ async def _respond(
 
 
 async def _respond_status(send: Send, fault: Status) -> None:
-    headers = dict(fault.headers)
+    headers = dict(fault.headers or {})
     content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
     headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
     if isinstance(fault.body, Mapping):
