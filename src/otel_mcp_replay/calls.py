@@ -1,0 +1,278 @@
+"""One tool call's facts, shared by the call, its series and the ledger: each written by its owner.
+
+The call (the `call_tool` patch) opens the call's span and settles the verdict; the series (the
+httpx2 patch) opens and closes attempts; the ledger notes the answer it saw. They meet in this
+object, which rides the call's context into the task that POSTs it. Nothing here reads a value of
+the call: no arguments, no result, no key, no URL path.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from dataclasses import dataclass, field
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.law import CallVerdict, Effect, FailureKind, Permission, RequestFacts, SeriesKnowledge
+from otel_mcp_replay.ledger import Answer
+from otel_mcp_replay.record import AttemptRow, build_record
+from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.series import Outcome
+
+# The call in progress in this context: set by the call_tool patch, read by the httpx2 patch.
+CURRENT_CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar(
+    "otel_mcp_replay_call", default=None
+)
+
+
+@dataclass
+class _Open:
+    """The attempt being made or waiting for its answer."""
+
+    number: int
+    permission: Permission | None
+    span: Span
+    outcome: Outcome | None = None  # set when its exchange ended
+    wait_ms: int = 0
+    declined: str | None = None
+    repeated: bool = False  # a repeat followed this attempt (its wait is written, even when 0)
+
+
+class ToolRequest:
+    """The series of one `tools/call` request: its attempts, its facts, what is known of its effect."""
+
+    def __init__(self, call: CallState, request_id: object, declaration: Declaration, endpoint: str) -> None:
+        self.call = call
+        self.request_id = request_id
+        self.declaration = declaration
+        self.endpoint = endpoint  # the declared label, else the origin: never a path
+        self.facts = RequestFacts(request_id if isinstance(request_id, int | str) else str(request_id), True)
+        if declaration.policy == "app-authorized":
+            self.facts.app_authorized_policy()
+        self.knowledge = SeriesKnowledge()
+        self.rows: list[AttemptRow] = []
+        self.attempts = 0
+        self._open: _Open | None = None
+        self._early_answer: Answer | None = None  # an answer that beat its attempt's close (SSE transport)
+        self.final_error: BaseException | None = None
+        self.sse_key: tuple[int, object] | None = None  # where the SSE ledger waits for its answer
+
+    # -- the series writes these (AttemptLog) --
+
+    def opened(self, number: int, permission: Permission | None) -> None:
+        self.attempts += 1
+        number = self.attempts  # a redirect's follow-up continues the numbering
+        call = self.call
+        attributes: dict[str, str | int] = {
+            t.MCP_METHOD_NAME: "tools/call",
+            t.GEN_AI_TOOL_NAME: call.tool,
+            t.JSONRPC_REQUEST_ID: str(self.request_id),
+            t.ATTEMPT: number,
+        }
+        if number > 1:
+            attributes[t.HTTP_RESEND_COUNT] = number - 1
+        if permission is not None:
+            attributes[t.PERMISSION_BY] = permission.by
+            attributes[t.PERMISSION_ON] = permission.on
+            if permission.assumes is not None:
+                attributes[t.PERMISSION_ASSUMES] = permission.assumes
+        span = call.runtime.tracer.start_span(
+            f"{t.ATTEMPT_SPAN_PREFIX} {call.tool}",
+            context=call.context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self._open = _Open(number, permission, span)
+
+    def exchanged(self, outcome: Outcome) -> None:
+        """The attempt's exchange ended (before any wait): what it sent is counted now."""
+        if outcome.effect != "none":
+            self.facts.sent_one()
+        if outcome.failure == "network" and outcome.status == 0 and outcome.effect != "none":
+            self.facts.no_answer()
+        if outcome.error is not None:
+            self.final_error = outcome.error
+
+    def closed(self, outcome: Outcome, *, wait_ms: int, declined: str | None) -> None:
+        current = self._open
+        if current is None:
+            return
+        current.outcome, current.wait_ms, current.declined = outcome, wait_ms, declined
+        current.repeated = outcome.failure is not None and declined is None
+        if outcome.effect is None:  # delivered; the answer is still to come on a stream
+            if declined is None and wait_ms == 0:
+                self.facts.delivered_status(outcome.status)
+            if self._early_answer is not None:
+                self.answered(self._early_answer)
+            return
+        if (declined is not None or wait_ms == 0) and outcome.status:
+            self.facts.delivered_status(outcome.status)
+        self._finish(current)
+
+    def attempt_context(self) -> Context | None:
+        """The context that makes the open attempt's span the parent of the HTTP client's span."""
+        current = self._open
+        return None if current is None else trace.set_span_in_context(current.span)
+
+    # -- the ledger writes these --
+
+    def answered(self, kind: Answer) -> None:
+        """The JSON-RPC response to this request's id was seen."""
+        self.facts.answered()
+        current = self._open
+        if current is None or current.outcome is None or current.outcome.effect is not None:
+            self._early_answer = kind
+            return
+        if kind == "result":
+            current.outcome.failure, current.outcome.effect = None, "applied"
+        else:
+            current.outcome.failure, current.outcome.effect = "error", "unknown"
+        self._finish(current)
+
+    def stream_ended(self, error: BaseException | None) -> None:
+        """The delivered attempt's stream ended; if its answer never came, its effect is unknown."""
+        current = self._open
+        if current is None or current.outcome is None or current.outcome.effect is not None:
+            return
+        current.outcome.failure, current.outcome.effect = "network", "unknown"
+        if error is not None:
+            self.final_error = error
+        self._finish(current)
+
+    # -- the call writes these --
+
+    def settle_open(self) -> None:
+        """The call ended: an attempt still waiting for its answer never got it."""
+        self.stream_ended(None)
+
+    def _finish(self, current: _Open) -> None:
+        outcome = current.outcome
+        assert outcome is not None and outcome.effect is not None
+        self._open = None if self._open is current else self._open
+        self.knowledge.note(outcome.effect)
+        span = current.span
+        if outcome.status:
+            span.set_attribute(t.HTTP_STATUS_CODE, outcome.status)
+        if outcome.failure is not None:
+            span.set_attribute(t.FAILURE, outcome.failure)
+            span.set_status(Status(StatusCode.ERROR))
+        span.set_attribute(t.EFFECT, outcome.effect)
+        if current.declined is not None:
+            span.set_attribute(t.DECLINED, current.declined)
+        if current.repeated:
+            span.set_attribute(t.WAIT_MS, current.wait_ms)
+        span.end(end_time=outcome.ended_ns or None)
+        permission = current.permission
+        self.rows.append(
+            AttemptRow(
+                status=outcome.status,
+                failure=outcome.failure or "",
+                effect=outcome.effect,
+                permission="first" if permission is None else permission.by,
+                wait_ms=current.wait_ms,
+            )
+        )
+        self.call.counted(outcome.failure, permission, current.declined, current.wait_ms, current.repeated)
+
+
+@dataclass(eq=False)
+class CallState:
+    """One `call_tool`: its span, the request it sent, and how it can be given up."""
+
+    runtime: Runtime
+    tool: str
+    span: Span
+    context: Context | None = None  # the OTel context whose current span is the call's
+    started_ns: int = field(default_factory=time.time_ns)
+    request: ToolRequest | None = None
+    given_up: anyio.Event | None = None
+    scope: anyio.CancelScope | None = None
+    unavailable: bool = False
+    local_request_id: object = None  # the id a non-HTTP transport (stdio) sent the call under
+    failed_without_answer: BaseException | None = None
+
+    def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> ToolRequest:
+        self.request = ToolRequest(self, request_id, declaration, endpoint)
+        self.span.set_attribute(t.JSONRPC_REQUEST_ID, str(request_id))
+        self.span.set_attribute(t.POLICY, declaration.policy)
+        return self.request
+
+    def counted(
+        self,
+        failure: FailureKind | None,
+        permission: Permission | None,
+        declined: str | None,
+        wait_ms: int,
+        repeated: bool,
+    ) -> None:
+        attributes: dict[str, str] = {t.GEN_AI_TOOL_NAME: self.tool}
+        if failure is not None:
+            attributes[t.FAILURE] = failure
+        if permission is not None:
+            attributes[t.PERMISSION_BY] = permission.by
+        if declined is not None:
+            attributes[t.DECLINED] = declined
+        instruments = self.runtime.instruments
+        instruments.attempts.add(1, attributes)
+        if repeated:
+            instruments.wait.record(wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: self.tool})
+
+    def fail_without_answer(self, error: BaseException) -> None:
+        """The series gave up on an attempt with no answer, on a transport where the SDK would wait
+        for one forever (SSE): end this call now, and only this call."""
+        self.failed_without_answer = error
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def file(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        """Settle the call and add its one record to its span."""
+        request = self.request
+        if request is None:
+            request = self._local_request(verdict)
+        else:
+            request.settle_open()
+        request.facts.settle(verdict, may_have_run)
+        effect: Effect = request.knowledge.effect
+        record = build_record(
+            policy=request.declaration.policy,
+            sent=request.facts.sent,
+            effect=effect,
+            verdict=verdict,
+            may_have_run=may_have_run,
+            endpoint=request.endpoint,
+            tool=self.tool,
+            request_id=str(request.request_id),
+            rows=request.rows,
+        )
+        self.span.add_event(t.RECORD_EVENT, record)
+        self.runtime.instruments.calls.add(
+            1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: request.declaration.policy}
+        )
+
+    def _local_request(self, verdict: CallVerdict) -> ToolRequest:
+        """A call that sent no HTTP (stdio, in-process): one attempt, never repeated, as it ran."""
+        from otel_mcp_replay.declaration import COMPATIBILITY
+
+        request_id = self.local_request_id if self.local_request_id is not None else "unknown"
+        request = ToolRequest(self, request_id, COMPATIBILITY, "local")
+        self.span.set_attribute(t.JSONRPC_REQUEST_ID, str(request_id))
+        self.span.set_attribute(t.POLICY, COMPATIBILITY.policy)
+        request.opened(1, None)
+        applied = verdict in ("completed", "tool-error")
+        outcome = Outcome(
+            status=0,
+            failure=None if applied else "error",
+            effect="applied" if applied else "unknown",
+            ended_ns=time.time_ns(),
+        )
+        request.exchanged(outcome)
+        if applied:
+            request.facts.answered()
+        request.closed(outcome, wait_ms=0, declined=None if applied else "not-retryable")
+        return request

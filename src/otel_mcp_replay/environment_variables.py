@@ -1,0 +1,25 @@
+"""The environment variables this instrumentation reads, each also an `opentelemetry-instrument` flag."""
+
+OTEL_PYTHON_MCP_REPLAY_SERVERS = "OTEL_PYTHON_MCP_REPLAY_SERVERS"
+"""The `servers` mapping (endpoint URL -> declaration) as inline JSON."""
+
+OTEL_PYTHON_MCP_REPLAY_CONFIG = "OTEL_PYTHON_MCP_REPLAY_CONFIG"
+"""Path to a TOML or JSON file holding {"servers": {...}}."""
+
+OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS = "OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS"
+"""Attempts including the first (default 3)."""
+
+OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS = "OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS"
+"""Cap on total waiting in one call, in milliseconds (default 10000)."""
+
+OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE = "OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE"
+"""`false` turns the compatibility 429 rule off."""
+
+OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET = "OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET"
+"""Per-endpoint token bucket `TOKENS,RATIO` (default `100,0.1`) or `off`."""
+
+OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
+"""Comma list of regexes on attribute keys whose values are masked."""
+
+OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES = "OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES"
+"""Comma list of regexes whose matching substrings are masked."""

@@ -1,0 +1,36 @@
+"""The stdio transport's seam: `mcp.client.stdio.stdio_client` yields the session's streams; the
+write stream is watched so a tool call's record carries its JSON-RPC id. Nothing is repeated on
+stdio: a repeat would need a new process, a new session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import wrapt
+from mcp_types import JSONRPCRequest
+
+from otel_mcp_replay.calls import CURRENT_CALL
+
+
+class _OutboundWatch(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    async def send(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
+            call = CURRENT_CALL.get()
+            params = message.params or {}
+            if call is not None and call.local_request_id is None and params.get("name") == call.tool:
+                call.local_request_id = message.id
+        await self.__wrapped__.send(item)
+
+
+def stdio_client(
+    wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    @asynccontextmanager
+    async def watched() -> Any:
+        async with wrapped(*args, **kwargs) as (read_stream, write_stream):
+            yield read_stream, _OutboundWatch(write_stream)
+
+    return watched()

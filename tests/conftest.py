@@ -1,0 +1,127 @@
+"""Shared fixtures: real OTel SDK pipelines in memory, and the instrumentor switched on and off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# One global tracer provider for the whole run: the mcp SDK's own spans (tracer "mcp-python-sdk")
+# and the httpx2 instrumentor's go to the global provider, and a global is set only once.
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+trace.set_tracer_provider(_PROVIDER)
+
+
+class Telemetry:
+    """The global tracer provider (emptied for each test) and a meter provider the test can read."""
+
+    def __init__(self) -> None:
+        self.exporter = _EXPORTER
+        self.exporter.clear()
+        self.tracer_provider = _PROVIDER
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, Any], float]]]:
+        """Metric name -> [(attributes, value or count)]."""
+        out: dict[str, list[tuple[dict[str, Any], float]]] = {}
+        data = self.reader.get_metrics_data()
+        if data is None:
+            return out
+        for resource_metrics in data.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    for point in metric.data.data_points:
+                        value = getattr(point, "value", None)
+                        if value is None:
+                            value = getattr(point, "count", 0)
+                        out.setdefault(metric.name, []).append((dict(point.attributes or {}), float(value)))
+        return out
+
+
+@pytest.fixture(params=["legacy", "2026-07-28"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """Both protocol eras: session ids (legacy) and per-message headers (2026-07-28)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """The demo MCP server (streamable HTTP, SSE-framed answers) on 127.0.0.1."""
+    from otel_mcp_replay.demo.server import running_server
+
+    with running_server("streamable") as handle:
+        yield handle
+
+
+@pytest.fixture
+def telemetry() -> Telemetry:
+    return Telemetry()
+
+
+@pytest.fixture
+def instrument(telemetry: Telemetry) -> Iterator[Callable[..., Any]]:
+    """instrument(**settings): the plugin on, with the test's providers; off again after the test."""
+    from otel_mcp_replay import McpReplayInstrumentor
+
+    instrumentor = McpReplayInstrumentor()
+
+    def on(**settings: Any) -> Any:
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
+        instrumentor.instrument(
+            tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider, **settings
+        )
+        return instrumentor
+
+    yield on
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+
+
+# -- reading what the plugin wrote --
+
+
+def records(telemetry: Telemetry) -> list[dict[str, Any]]:
+    """Every request_attempts record, in the order the calls ended."""
+    from otel_mcp_replay import telemetry as t
+
+    out = []
+    for span in telemetry.spans():
+        for event in span.events:
+            if event.name == t.RECORD_EVENT:
+                out.append(dict(event.attributes or {}))
+    return out
+
+
+def attempt_spans(telemetry: Telemetry, request_id: str | None = None) -> list[ReadableSpan]:
+    from otel_mcp_replay import telemetry as t
+
+    spans = [s for s in telemetry.spans() if s.name.startswith(t.ATTEMPT_SPAN_PREFIX)]
+    if request_id is not None:
+        spans = [s for s in spans if (s.attributes or {}).get(t.JSONRPC_REQUEST_ID) == request_id]
+    return sorted(spans, key=lambda s: (s.attributes or {}).get(t.ATTEMPT, 0))
+
+
+def the_record(telemetry: Telemetry) -> dict[str, Any]:
+    found = records(telemetry)
+    assert len(found) == 1, f"expected one record, found {len(found)}"
+    return found[0]

@@ -1,0 +1,492 @@
+"""The series on the real mcp client: waits, budgets, cancellation, concurrency, every transport.
+
+Ground truth is the server's: tool executions and POSTs per request id. Timing assertions leave
+generous slack; they check order and bounds, never a tight figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.client.sse
+import pytest
+from mcp import Client, ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+from conftest import Telemetry, attempt_spans, records, the_record
+from otel_mcp_replay import ReplayUnavailableError, UnknownEffectError
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.demo.faults import (
+    DropAfterExecution,
+    DropBeforeExecution,
+    DropMidBody,
+    SseWithoutAnswer,
+    Status,
+    Throttle,
+    http_date,
+)
+from otel_mcp_replay.demo.proxy import TcpProxy
+from otel_mcp_replay.demo.server import ServerHandle, running_server
+
+pytestmark = pytest.mark.anyio
+
+ORIGINAL_SEND = httpx2.AsyncClient.send
+ORIGINAL_CALL_TOOL = ClientSession.call_tool
+ORIGINAL_SSE_CLIENT = mcp.client.sse.sse_client
+
+
+def strict(server: ServerHandle, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {server.url: {"policy": "app-authorized", "tools": tools, **more}}
+
+
+# -- Retry-After, the wait cap, attempts --
+
+
+@pytest.mark.parametrize("form", ["delta-seconds", "http-date"])
+async def test_retry_after_is_honoured(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, form: str
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    value = "1" if form == "delta-seconds" else http_date(2)
+    server.faults.add("search", Throttle(value))
+    started = time.monotonic()
+    async with Client(server.url) as client:
+        await client.call_tool("search", {"query": "q"})
+    posts = [p for p in server.counters.post_log() if p.tool == "search"]
+    gap = posts[1].at - posts[0].at
+    assert gap >= 0.95  # never sooner than the server asked (an HTTP-date has 1 s resolution)
+    assert gap < 4.0
+    wait = the_record(telemetry)[t.ATTEMPTS_WAIT_MS][0]
+    assert 900 <= wait <= 2100
+    assert time.monotonic() - started < 10
+
+
+async def test_a_retry_after_past_the_cap_declines_without_waiting(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_wait_ms=500)
+    server.faults.add("search", Throttle("30"))
+    started = time.monotonic()
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    assert time.monotonic() - started < 5  # declined at once, not shortened to the cap
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "budget"
+    assert the_record(telemetry)[t.SENT] == 1
+
+
+async def test_max_attempts_bounds_the_series(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_attempts=4)
+    server.faults.add("search", *[Throttle("0")] * 10)
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.SENT] == 4 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+    spans = attempt_spans(telemetry)
+    assert [(s.attributes or {})[t.ATTEMPT] for s in spans] == [1, 2, 3, 4]
+    assert (spans[-1].attributes or {})[t.DECLINED] == "budget"
+    assert server.counters.executions("search") == 0
+
+
+async def test_the_retry_budget_stops_a_429_storm_from_multiplying_load(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """40 concurrent calls all refused: with a budget of 10 tokens, repeats stop at half."""
+    instrument(
+        servers=strict(server, {"search": {"on": ["throttle"]}}), retry_budget=(10, 0.1), max_attempts=5
+    )
+    server.faults.set_rule(lambda ctx: Throttle("0") if ctx.tool == "search" else None)
+    async with Client(server.url) as client:
+
+        async def one(i: int) -> None:
+            with contextlib.suppress(MCPError):
+                await client.call_tool("search", {"query": str(i)})
+
+        async with anyio.create_task_group() as tg:
+            for i in range(40):
+                tg.start_soon(one, i)
+    posts = server.counters.tool_posts("search")
+    assert 40 <= posts <= 40 + 6  # without the budget: up to 200
+    declined = [(s.attributes or {}).get(t.DECLINED) for s in attempt_spans(telemetry)]
+    assert declined.count("budget") >= 34
+
+
+# -- cancellation --
+
+
+async def test_a_cancelled_call_sends_nothing_more_and_stops_waiting(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("3"))
+    async with Client(server.url, mode=mode) as client:
+        started = time.monotonic()
+        with anyio.move_on_after(0.5):
+            await client.call_tool("search", {"query": "q"})
+        assert time.monotonic() - started < 1.5
+        await anyio.sleep(3.5)  # past the Retry-After: a series still running would have sent by now
+        assert server.counters.tool_posts("search") == 1
+        assert (await client.call_tool("search", {"query": "next"})).is_error is False
+    first = records(telemetry)[0]
+    assert first[t.VERDICT] == "failed"
+    assert first[t.SENT] == 1
+
+
+async def test_a_read_timeout_gives_the_call_up_and_nothing_more_is_sent(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("3"))
+    async with Client(server.url, mode=mode) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"}, read_timeout_seconds=0.4)
+        await anyio.sleep(3.2)
+        assert server.counters.tool_posts("search") == 1
+
+
+# -- concurrency: the record agrees with the server --
+
+
+async def test_fifty_concurrent_calls_with_mixed_faults_each_record_matches_the_server(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    tools = {"search": {"on": ["throttle", "network"]}, "charge": {"changes": True, "on": ["network"]}}
+    instrument(servers=strict(server, tools, deduplicates={"argument": "idempotency_key"}))
+    rng = random.Random(20261129)
+    menu = [None, None, Throttle("0"), Status(503), DropBeforeExecution(), DropAfterExecution()]
+
+    def rule(ctx: Any) -> Any:
+        return rng.choice(menu) if ctx.method == "tools/call" else None
+
+    server.faults.set_rule(rule)
+    async with Client(server.url, mode="legacy") as client:
+
+        async def one(i: int) -> None:
+            arguments: dict[str, Any] = {"query": str(i)}
+            name = "search"
+            if i % 3 == 0:
+                name, arguments = "charge", {"amount": i, "idempotency_key": f"key-{i}"}
+            with contextlib.suppress(MCPError):
+                await client.call_tool(name, arguments)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(60):
+                tg.start_soon(one, i)
+    found = records(telemetry)
+    assert len(found) == 60
+    for record in found:
+        assert record[t.SENT] == server.counters.posts(record[t.JSONRPC_REQUEST_ID]), record
+    # A changes tool with its key ran at most once per call, however often it was sent.
+    assert server.counters.executions("charge") <= 20
+
+
+# -- the SSE transport --
+
+
+@pytest.fixture
+def sse_server() -> Iterator[ServerHandle]:
+    with running_server("sse") as handle:
+        yield handle
+
+
+async def _sse_session(url: str) -> Any:
+    return sse_client(url)
+
+
+async def test_sse_transport_repeats_a_429_and_records_the_answer(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(
+        servers={sse_server.origin: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}}
+    )
+    sse_server.faults.add("search", Throttle("0"))
+    async with (
+        mcp.client.sse.sse_client(sse_server.url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        result = await session.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (429, 202)
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")
+    assert record[t.SENT] == 2 == sse_server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+    assert sse_server.counters.executions("search") == 1
+
+
+async def test_sse_transport_network_failure_fails_only_that_call(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
+    sse_server.faults.add("search", DropBeforeExecution())
+    async with (
+        mcp.client.sse.sse_client(sse_server.url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+            await session.call_tool("search", {"query": "q"})
+        with anyio.fail_after(10):
+            assert (await session.call_tool("search", {"query": "next"})).is_error is False
+    assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
+
+
+async def test_an_sse_client_built_before_instrument_cannot_be_matched_so_app_authorized_refuses(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    early = sse_client  # bound at import, before instrument(): the plugin never sees its client
+    instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
+    assert mcp.client.sse.sse_client is not early
+    async with early(sse_server.url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        with anyio.fail_after(10), pytest.raises(ReplayUnavailableError):
+            await session.call_tool("search", {"query": "q"})
+    assert sse_server.counters.tool_posts("search") == 0  # refused before it was sent
+    assert the_record(telemetry)[t.SENT] == 0
+
+
+# -- answers that never came --
+
+
+@pytest.mark.parametrize("kind", ["streamable", "streamable-json"])
+async def test_a_2xx_without_the_answer_is_may_have_run_under_app_authorized(
+    telemetry: Telemetry, instrument: Any, kind: str
+) -> None:
+    fault = SseWithoutAnswer(run_tool=True) if kind == "streamable" else DropMidBody()
+    with running_server(kind) as server:
+        instrument(servers=strict(server, {}))
+        server.faults.add("search", fault)
+        async with Client(server.url) as client:
+            with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+                await client.call_tool("search", {"query": "q"})
+            assert (await client.call_tool("search", {"query": "next"})).is_error is False
+    failed = records(telemetry)[0]
+    assert failed[t.MAY_HAVE_RUN] is True
+    assert failed[t.EFFECT] == "unknown"
+    assert failed[t.ATTEMPTS_FAILURE] == ("network",)
+
+
+async def test_a_body_cut_mid_way_is_repeated_when_the_tool_names_network(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    with running_server("streamable-json") as server:
+        instrument(servers=strict(server, {"search": {"on": ["network"]}}))
+        server.faults.add("search", DropMidBody())
+        async with Client(server.url) as client:
+            result = await client.call_tool("search", {"query": "q"})
+        assert not result.is_error
+        record = the_record(telemetry)
+        assert record[t.ATTEMPTS_FAILURE] == ("network", "")
+        assert record[t.SENT] == 2 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+
+
+# -- a repeat is the same request --
+
+
+async def test_a_repeat_sends_the_same_bytes_in_the_same_session(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle", "network"]}}))
+    server.faults.add("search", Throttle("0"), DropBeforeExecution())
+    async with Client(server.url, mode="legacy") as client:
+        await client.call_tool("search", {"query": "same"})
+    posts = [p for p in server.counters.post_log() if p.tool == "search"]
+    assert len(posts) == 3
+    assert len({p.body for p in posts}) == 1
+    assert len({p.session_id for p in posts}) == 1 and posts[0].session_id
+
+
+async def test_auth_flows_run_again_for_each_attempt(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Same identity, fresh credential: an httpx2 Auth flow signs every attempt anew."""
+
+    class Counting(httpx2.Auth):
+        def __init__(self) -> None:
+            self.signed = 0
+
+        def auth_flow(self, request: httpx2.Request) -> Any:
+            self.signed += 1
+            request.headers["authorization"] = f"Bearer token-{self.signed}"
+            yield request
+
+    auth = Counting()
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"))
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(auth=auth) as http,
+        streamable_http_client(server.url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await session.call_tool("search", {"query": "q"})
+    tokens = [dict(p.headers).get("authorization") for p in server.counters.post_log() if p.tool == "search"]
+    assert len(tokens) == 2 and len(set(tokens)) == 2  # the same request, signed anew for each attempt
+
+
+# -- a TCP cut through a real proxy --
+
+
+async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    with running_server("streamable") as server, TcpProxy(server.port) as proxy:
+        url = server.url.replace(f":{server.port}", f":{proxy.port}")
+        instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
+        async with Client(url, mode="2026-07-28") as client:
+            proxy.refuse(True)
+            with anyio.fail_after(10), pytest.raises(MCPError):
+                await client.call_tool("search", {"query": "q"})
+            proxy.refuse(False)
+        record = the_record(telemetry)
+        assert set(record[t.ATTEMPTS_FAILURE]) == {"network"}
+        assert server.counters.tool_posts("search") == 0
+
+
+# -- stdio: recorded, never repeated --
+
+
+async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, instrument: Any) -> None:
+    instrument()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "otel_mcp_replay.demo.stdio_server"])
+    async with Client(params) as client:
+        with anyio.fail_after(20):
+            result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1
+    assert record[t.ENDPOINT] == "local"
+    assert record[t.POLICY] == "compatibility"
+    assert record[t.ATTEMPTS_EFFECT] == ("applied",)
+    assert record[t.JSONRPC_REQUEST_ID].isdigit()  # the id the call went out under
+
+
+# -- one tree with the SDK's spans and the httpx2 instrumentor's --
+
+
+async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
+
+    httpx_instrumentor = HTTPX2ClientInstrumentor()
+    httpx_instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+    try:
+        instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+        server.faults.add("search", Throttle("0"))
+        async with Client(server.url) as client:
+            await client.call_tool("search", {"query": "q"})
+    finally:
+        httpx_instrumentor.uninstrument()
+    spans = telemetry.spans()
+    ours = [
+        s for s in spans if s.instrumentation_scope and s.instrumentation_scope.name == t.INSTRUMENTATION_NAME
+    ]
+    call = next(s for s in ours if s.name == f"{t.CALL_SPAN_PREFIX} search")
+    trace_id = call.context.trace_id
+    attempts = attempt_spans(telemetry)
+    assert len(attempts) == 2
+    by_id = {s.context.span_id: s for s in spans}
+    for attempt in attempts:
+        assert attempt.context.trace_id == trace_id
+        assert attempt.parent is not None and attempt.parent.span_id == call.context.span_id
+        posts = [s for s in spans if s.parent is not None and s.parent.span_id == attempt.context.span_id]
+        assert len(posts) == 1 and posts[0].name == "POST"  # one HTTP client span per attempt, no duplicate
+    sdk = next(s for s in spans if s.name == "MCP send tools/call search")
+    assert sdk.parent is not None and sdk.parent.span_id == call.context.span_id
+    assert all(s.kind.name == "INTERNAL" for s in attempts)
+    assert by_id  # the tree was read from real exported spans
+
+
+# -- the plugin's promises about itself --
+
+
+async def test_no_argument_result_or_key_reaches_telemetry(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    tools = {"charge": {"changes": True, "on": ["network"]}}
+    instrument(servers=strict(server, tools, deduplicates={"argument": "idempotency_key"}))
+    server.faults.add("charge", DropAfterExecution())
+    async with Client(server.url) as client:
+        await client.call_tool("charge", {"amount": 987654321, "idempotency_key": "CANARY-KEY-5e1f"})
+    ours = [
+        s
+        for s in telemetry.spans()
+        if s.instrumentation_scope and s.instrumentation_scope.name == t.INSTRUMENTATION_NAME
+    ]
+    assert ours
+    text = repr(
+        [(s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]) for s in ours]
+    )
+    for canary in ("CANARY-KEY-5e1f", "987654321", "charged", "/mcp"):
+        assert canary not in text
+
+
+async def test_suppressed_instrumentation_records_and_repeats_nothing(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url) as client:
+        with suppress_instrumentation(), pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    assert records(telemetry) == []
+    assert server.counters.tool_posts("search") == 1
+
+
+async def test_metrics_count_attempts_waits_and_calls(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url) as client:
+        await client.call_tool("search", {"query": "q"})
+    metrics = telemetry.metrics()
+    attempts = metrics[t.METRIC_ATTEMPTS]
+    assert sum(v for _, v in attempts) == 2
+    assert any(a.get(t.FAILURE) == "throttle" for a, _ in attempts)
+    assert any(a.get(t.PERMISSION_BY) == "app" for a, _ in attempts)
+    calls = metrics[t.METRIC_CALLS]
+    assert calls == [({t.VERDICT: "completed", t.EFFECT: "unknown", t.POLICY: "app-authorized"}, 1.0)]
+    assert t.METRIC_WAIT in metrics
+
+
+def test_uninstrument_restores_every_patched_function(instrument: Any) -> None:
+    instrumentor = instrument()
+    assert httpx2.AsyncClient.send is not ORIGINAL_SEND
+    assert ClientSession.call_tool is not ORIGINAL_CALL_TOOL
+    assert mcp.client.sse.sse_client is not ORIGINAL_SSE_CLIENT
+    instrumentor.uninstrument()
+    assert httpx2.AsyncClient.send is ORIGINAL_SEND
+    assert ClientSession.call_tool is ORIGINAL_CALL_TOOL
+    assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT
+
+
+def test_the_private_mcp_names_this_plugin_relies_on_are_still_there() -> None:
+    """Pins: if an mcp upgrade moves these, this fails loudly instead of the plugin going quiet."""
+    import inspect
+
+    from mcp.client.streamable_http import StreamableHTTPTransport
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    # sse_client's default factory: the plugin wraps it to mark the SSE transport's client.
+    default = inspect.signature(mcp.client.sse.sse_client).parameters["httpx_client_factory"].default
+    assert default is create_mcp_http_client
+    # The streamable-HTTP transport's Accept header: how its POSTs are known outside a tool call.
+    headers = StreamableHTTPTransport("http://127.0.0.1:1/mcp")._prepare_headers()
+    assert "application/json" in headers["accept"] and "text/event-stream" in headers["accept"]

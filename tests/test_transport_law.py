@@ -1,0 +1,377 @@
+"""Every row of CONTRACT.md's law table, end to end: the mcp SDK's own client and server on loopback.
+
+Each test scripts a fault at the ASGI or TCP level, calls a tool through `mcp.Client`, and reads
+the ground truth from the server (executions, POSTs per request id) and the record from the span.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from conftest import Telemetry, attempt_spans, records, the_record
+from otel_mcp_replay import UnknownEffectError
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.demo.faults import (
+    DropAfterExecution,
+    DropBeforeExecution,
+    JsonRpcError,
+    Status,
+    Throttle,
+    retryable_conflict,
+)
+from otel_mcp_replay.demo.server import ServerHandle
+
+pytestmark = pytest.mark.anyio
+
+COMPAT = "compatibility"
+STRICT = "app-authorized"
+
+
+def declare(server: ServerHandle, policy: str, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {server.url: {"policy": policy, "tools": tools, **more}}
+
+
+def posts_of(server: ServerHandle, record: dict[str, Any]) -> int:
+    return server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+
+
+# -- throttle (HTTP 429) --
+
+
+async def test_throttle_under_compatibility_repeats_by_compatibility_assuming_refused(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    """No tool names throttle: compatibility repeats the 429 anyway, on a recorded assumption."""
+    instrument(servers=declare(server, COMPAT, {}))
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url, mode=mode) as client:
+        result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    assert server.counters.executions("search") == 1
+    record = the_record(telemetry)
+    assert record[t.SENT] == 2 == posts_of(server, record)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "compatibility")
+    assert record[t.ATTEMPTS_STATUS] == (429, 200)
+    assert record[t.ATTEMPTS_FAILURE] == ("throttle", "")
+    # The 429 is not proof it did not run: the series' effect stays unknown.
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")
+    assert record[t.EFFECT] == "unknown"
+    assert record[t.VERDICT] == "completed"
+    second = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])[1].attributes or {}
+    assert second[t.PERMISSION_BY] == "compatibility"
+    assert second[t.PERMISSION_ON] == "throttle"
+    assert second[t.PERMISSION_ASSUMES] == "refused-before-execution"
+    assert second[t.HTTP_RESEND_COUNT] == 1
+
+
+async def test_throttle_under_compatibility_named_by_the_tool_repeats_by_app(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, COMPAT, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url) as client:
+        await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    second = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])[1].attributes or {}
+    assert t.PERMISSION_ASSUMES not in second
+
+
+async def test_throttle_under_compatibility_with_retry_on_throttle_off_is_not_permitted(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, COMPAT, {}), retry_on_throttle=False)
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"query": "q"})
+    # Exactly the SDK's own error for a 429.
+    assert type(raised.value) is MCPError
+    assert raised.value.code == -32603
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == posts_of(server, record)
+    assert record[t.VERDICT] == "failed"
+    first = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])[0].attributes or {}
+    assert first[t.DECLINED] == "not-permitted"
+    assert server.counters.executions("search") == 0
+
+
+async def test_throttle_under_app_authorized_not_named_is_not_permitted_and_keeps_the_servers_error(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    server.faults.add("search", Throttle("0"))
+    async with Client(server.url, mode=mode) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"query": "q"})
+        # A received refusal is an answer: the server's error, not UnknownEffectError.
+        assert not isinstance(raised.value, UnknownEffectError)
+        assert (await client.call_tool("search", {"query": "next"})).is_error is False
+    first = attempt_spans(telemetry)[0].attributes or {}
+    assert first[t.DECLINED] == "not-permitted"
+    failed = next(r for r in records(telemetry) if r[t.VERDICT] == "failed")
+    assert failed[t.MAY_HAVE_RUN] is False
+    assert failed[t.SENT] == 1 == posts_of(server, failed)
+
+
+async def test_throttle_under_app_authorized_named_repeats_by_app(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"), Throttle(None))
+    async with Client(server.url, mode=mode) as client:
+        result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app", "app")
+    assert record[t.SENT] == 3 == posts_of(server, record)
+    assert server.counters.executions("search") == 1
+
+
+# -- network (sent, no response) --
+
+
+async def test_network_under_compatibility_not_named_is_not_permitted_and_the_sdk_error_stands(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Unchanged behaviour: the SDK alone tears its transport down on a dropped POST."""
+    instrument(servers=declare(server, COMPAT, {}))
+    server.faults.add("search", DropAfterExecution())
+    with pytest.raises(BaseException) as raised:
+        async with Client(server.url) as client:
+            await client.call_tool("search", {"query": "q"})
+    assert not isinstance(raised.value, UnknownEffectError)
+    assert server.counters.executions("search") == 1
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == posts_of(server, record)
+    assert record[t.ATTEMPTS_FAILURE] == ("network",)
+    assert record[t.ATTEMPTS_STATUS] == (0,)
+    assert record[t.EFFECT] == "unknown"
+    assert record[t.MAY_HAVE_RUN] is False  # compatibility never claims it
+    first = attempt_spans(telemetry)[0].attributes or {}
+    assert first[t.DECLINED] == "not-permitted"
+
+
+async def test_network_under_compatibility_named_repeats_by_app(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, COMPAT, {"search": {"on": ["network"]}}))
+    server.faults.add("search", DropBeforeExecution())
+    async with Client(server.url) as client:
+        result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert record[t.ATTEMPTS_FAILURE] == ("network", "")
+    assert record[t.SENT] == 2 == posts_of(server, record)
+    assert server.counters.executions("search") == 1
+
+
+async def test_network_under_app_authorized_not_named_fails_only_that_call_as_may_have_run(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", DropAfterExecution())
+    async with Client(server.url, mode=mode) as client:
+        with pytest.raises(UnknownEffectError) as raised:
+            await client.call_tool("search", {"query": "q"})
+        assert isinstance(raised.value, MCPError)
+        cause = raised.value.__cause__
+        assert cause is not None and type(cause).__module__.startswith("httpx2")
+        # Only that call failed: the session goes on.
+        assert (await client.call_tool("search", {"query": "again"})).is_error is False
+    assert server.counters.executions("search") == 2
+    failed = next(r for r in records(telemetry) if r[t.VERDICT] == "failed")
+    assert failed[t.MAY_HAVE_RUN] is True
+    assert failed[t.EFFECT] == "unknown"
+    assert failed[t.SENT] == 1 == posts_of(server, failed)
+
+
+async def test_network_under_app_authorized_named_repeats_by_app(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    server.faults.add("search", DropAfterExecution())
+    async with Client(server.url, mode=mode) as client:
+        result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    # It ran twice: a repeat after a drop cannot know; that is why only the app may allow it.
+    assert server.counters.executions("search") == 2
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert record[t.EFFECT] == "unknown"
+    assert record[t.VERDICT] == "completed"
+
+
+# -- session-busy (an adapter's recognised refusal) --
+
+
+@pytest.mark.parametrize("policy", [COMPAT, STRICT])
+@pytest.mark.parametrize("in_body", [False, True])
+async def test_session_busy_repeats_by_adapter_assuming_refused(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str, in_body: bool
+) -> None:
+    instrument(servers=declare(server, policy, {}, adapter="agentcore-runtime"))
+    server.faults.add("search", retryable_conflict(in_body=in_body))
+    async with Client(server.url) as client:
+        await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_FAILURE] == ("session-busy", "")
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "adapter")
+    assert record[t.ATTEMPTS_STATUS] == (409, 200)
+    second = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])[1].attributes or {}
+    assert second[t.PERMISSION_ASSUMES] == "refused-before-execution"
+    assert server.counters.executions("search") == 1
+
+
+async def test_the_same_409_without_a_declared_adapter_is_an_error(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, COMPAT, {}))
+    server.faults.add("search", retryable_conflict())
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_FAILURE] == ("error",)
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "not-retryable"
+
+
+async def test_a_409_with_other_words_is_never_session_busy(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Matched by code, never by a loose substring a server behind the runtime could write."""
+    instrument(servers=declare(server, COMPAT, {}, adapter="agentcore-runtime"))
+    body = {"message": "RetryableConflictException happened after the tool ran"}
+    server.faults.add("search", Status(409, body=body))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    assert the_record(telemetry)[t.ATTEMPTS_FAILURE] == ("error",)
+
+
+# -- error (anything else) --
+
+
+@pytest.mark.parametrize("policy", [COMPAT, STRICT])
+async def test_a_503_is_not_retryable(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
+) -> None:
+    instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
+    server.faults.add("search", Status(503))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"query": "q"})
+    assert not isinstance(raised.value, UnknownEffectError)
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == posts_of(server, record)
+    assert record[t.ATTEMPTS_STATUS] == (503,)
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "not-retryable"
+
+
+@pytest.mark.parametrize("policy", [COMPAT, STRICT])
+async def test_a_json_rpc_error_is_an_error_and_its_effect_unknown(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
+) -> None:
+    instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
+    server.faults.add("search", JsonRpcError(-32050, "refused"))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"query": "q"})
+    assert raised.value.code == -32050  # the server's own error, as it came
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_FAILURE] == ("error",)
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown",)
+    assert record[t.MAY_HAVE_RUN] is False
+
+
+async def test_a_tool_error_result_is_applied_and_verdict_tool_error(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, STRICT, {}))
+    async with Client(server.url) as client:
+        result = await client.call_tool("fail", {})
+    assert result.is_error
+    record = the_record(telemetry)
+    assert record[t.VERDICT] == "tool-error"
+    assert record[t.EFFECT] == "applied"
+    assert record[t.ATTEMPTS_FAILURE] == ("",)
+
+
+# -- the side-effect guard --
+
+
+@pytest.mark.parametrize("policy", [COMPAT, STRICT])
+async def test_a_changes_tool_without_its_key_is_never_repeated(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
+) -> None:
+    tools = {"charge": {"changes": True, "on": ["throttle", "network"]}}
+    instrument(servers=declare(server, policy, tools, deduplicates={"argument": "idempotency_key"}))
+    server.faults.add("charge", Throttle("0"))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("charge", {"amount": 5})
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == posts_of(server, record)
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
+
+
+async def test_a_changes_tool_with_a_key_but_no_declared_deduplication_is_never_repeated(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declare(server, COMPAT, {"charge": {"changes": True, "on": ["throttle"]}}))
+    server.faults.add("charge", Throttle("0"))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("charge", {"amount": 5, "idempotency_key": "k-1"})
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
+
+
+async def test_a_changes_tool_carrying_its_key_is_repeated_and_the_server_deduplicates(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    tools = {"charge": {"changes": True, "on": ["network"]}}
+    instrument(servers=declare(server, STRICT, tools, deduplicates={"argument": "idempotency_key"}))
+    server.faults.add("charge", DropAfterExecution())
+    async with Client(server.url, mode=mode) as client:
+        result = await client.call_tool("charge", {"amount": 5, "idempotency_key": "order-77"})
+    assert not result.is_error
+    assert server.counters.executions("charge") == 1  # ran once, though sent twice
+    assert server.counters.deduplicated("charge") == 1
+    record = the_record(telemetry)
+    assert record[t.SENT] == 2 == posts_of(server, record)
+
+
+async def test_an_empty_key_does_not_count_as_carried(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    tools = {"charge": {"changes": True, "on": ["network"]}}
+    instrument(servers=declare(server, STRICT, tools, deduplicates={"argument": "idempotency_key"}))
+    server.faults.add("charge", DropAfterExecution())
+    async with Client(server.url) as client:
+        with pytest.raises(UnknownEffectError):
+            await client.call_tool("charge", {"amount": 5, "idempotency_key": ""})
+    assert server.counters.executions("charge") == 1
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
+
+
+# -- protocol requests --
+
+
+@pytest.mark.parametrize("policy", [COMPAT, STRICT])
+async def test_protocol_requests_are_repeated_on_a_429_and_file_no_record(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
+) -> None:
+    instrument(servers=declare(server, policy, {}))
+    server.faults.add_method("initialize", Throttle("0"))
+    server.faults.add_method("tools/list", Throttle("0"))
+    async with Client(server.url, mode="legacy") as client:
+        tools = await client.list_tools()
+    assert {tool.name for tool in tools.tools} >= {"search", "charge"}
+    assert server.faults.pending() == 0  # both 429s were met, and both requests then went through
+    assert records(telemetry) == []
+    assert attempt_spans(telemetry) == []
