@@ -13,6 +13,7 @@ from otel_mcp_replay.version import __version__
 if TYPE_CHECKING:
     from otel_mcp_replay.errors import ReplayUnavailableError, UnknownEffectError
     from otel_mcp_replay.instrumentor import McpReplayInstrumentor
+    from otel_mcp_replay.redaction import RedactingSpanExporter, RedactingSpanProcessor
 
 __all__ = [
     "McpReplayInstrumentor",

@@ -35,13 +35,14 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules
+from otel_mcp_replay.runtime import count_refused
 
 _logger = logging.getLogger(__name__)
 
 CONFIGURATOR_NAME: Final = "mcp_replay"  # the value of OTEL_PYTHON_CONFIGURATOR that selects it
 
 # Called once per record the configured exporters refuse (the metrics side registers here).
-_refused_hooks: list[Callable[[], None]] = []
+_refused_hooks: list[Callable[[], None]] = [count_refused]
 
 
 def add_refused_hook(hook: Callable[[], None]) -> None:

@@ -23,3 +23,6 @@ OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
 
 OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES = "OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES"
 """Comma list of regexes whose matching substrings are masked."""
+
+OTEL_PYTHON_MCP_REPLAY_SESSION_KEY = "OTEL_PYTHON_MCP_REPLAY_SESSION_KEY"
+"""Key (>= 16 bytes) of the hash that replaces `mcp.session.id`; random per process when unset."""

@@ -59,14 +59,16 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import Attributes
 
+from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import validate_record
+from otel_mcp_replay.runtime import count_refused
 
 _logger = logging.getLogger(__name__)
 
-ENV_REDACT_KEYS: Final = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
-ENV_REDACT_VALUES: Final = "OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES"
-ENV_SESSION_KEY: Final = "OTEL_PYTHON_MCP_REPLAY_SESSION_KEY"
+ENV_REDACT_KEYS: Final = ev.OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS
+ENV_REDACT_VALUES: Final = ev.OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES
+ENV_SESSION_KEY: Final = ev.OTEL_PYTHON_MCP_REPLAY_SESSION_KEY
 
 MASK: Final = "[REDACTED]"
 URL_MASK: Final = "REDACTED"  # the word opentelemetry-util-http already writes into URLs
@@ -703,7 +705,8 @@ class _Wrapper:
         self._inner = inner
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
-        self._on_refused = on_refused
+        # None: the mcp.client.replay.records.refused counter.
+        self._on_refused = on_refused if on_refused is not None else count_refused
         self.refused_count = 0
         self._failure_logged = False
 

@@ -71,3 +71,21 @@ def current() -> Runtime | None:
 def install(runtime: Runtime | None) -> None:
     global _current
     _current = runtime
+
+
+_unbound_refused: Counter | None = None
+
+
+def count_refused() -> None:
+    """A record refused by the redaction allow-list: counted on the instrumentor's meter, or on the
+    global meter provider's when the redaction runs without the instrumentor."""
+    global _unbound_refused
+    rt = _current
+    if rt is not None:
+        rt.instruments.records_refused.add(1)
+        return
+    if _unbound_refused is None:
+        from opentelemetry.metrics import get_meter
+
+        _unbound_refused = Instruments.on(get_meter(t.INSTRUMENTATION_NAME)).records_refused
+    _unbound_refused.add(1)

@@ -30,6 +30,9 @@ PERMISSION_ASSUMES: Final = "mcp.replay.permission.assumes"
 DECLINED: Final = "mcp.replay.declined"
 WAIT_MS: Final = "mcp.replay.wait_ms"
 
+# The call span's failure: the exception's type only (its message may quote the server).
+ERROR_TYPE: Final = "error.type"
+
 # The call span carries the policy too (low cardinality, useful to filter in a backend).
 POLICY: Final = "mcp.replay.policy"
 
@@ -83,7 +86,7 @@ ATTEMPT_SPAN_KEYS: Final = (
     DECLINED,
     WAIT_MS,
 )
-CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY)
+CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY, ERROR_TYPE)
 
 # The words each key may hold.
 POLICIES: Final = ("compatibility", "app-authorized")

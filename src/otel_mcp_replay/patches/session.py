@@ -92,7 +92,7 @@ def _settle_failed(call: CallState, exc: BaseException) -> None:
 
 def _failed_span(span: trace.Span, exc: BaseException) -> None:
     # The type only: an error's message may quote what the server echoed of the call.
-    span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_attribute(t.ERROR_TYPE, type(exc).__qualname__)
     span.set_status(Status(StatusCode.ERROR))
     span.end()
 
