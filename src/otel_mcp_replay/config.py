@@ -51,35 +51,34 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
 
     fail_closed = False
     from_env: dict[str, object] = {}
-    for name, reader in _ENV_SETTINGS.items():
+    for name, (variable, reader) in _ENV_SETTINGS.items():
         if name in given:
             continue
         try:
             value = reader(environ)
             if value is not _ABSENT:
+                settings_of(**{name: value})  # checked alone, so the error names its variable
                 from_env[name] = value
         except (_EnvError, TypeError, ValueError) as exc:
             fail_closed = True
-            logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", _message(exc))
-    try:
-        settings = settings_of(**{**from_env, **given})
-    except (TypeError, ValueError) as exc:  # only an environment value can fail here
-        fail_closed = True
-        logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", _message(exc))
-        settings = settings_of(**given)
+            _log(variable, exc)
+    settings = settings_of(**{**from_env, **given})
     if servers is None:
         try:
             servers = _servers_from_env(environ)
         except (_EnvError, TypeError, ValueError) as exc:
             fail_closed = True
-            logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", _message(exc))
+            _log("", exc)
             servers = NO_SERVERS
     return Resolved(servers, settings, fail_closed)
 
 
-def _message(exc: BaseException) -> str:
-    # The law's errors name fields and never carry values; str() of ours is the same.
-    return str(exc)
+def _log(variable: str, exc: BaseException) -> None:
+    # The law's errors name fields and never carry values; ours are the same.
+    message = str(exc)
+    if variable and variable not in message:
+        message = f"{variable}: {message}"
+    logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", message)
 
 
 _ABSENT = object()
@@ -119,10 +118,13 @@ def _budget(environ: Mapping[str, str]) -> object:
 
 
 _ENV_SETTINGS = {
-    "max_attempts": _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS),
-    "max_wait_ms": _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS),
-    "retry_on_throttle": _bool(ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE),
-    "retry_budget": _budget,
+    "max_attempts": (ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS, _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS)),
+    "max_wait_ms": (ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS, _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS)),
+    "retry_on_throttle": (
+        ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
+        _bool(ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE),
+    ),
+    "retry_budget": (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, _budget),
 }
 
 
