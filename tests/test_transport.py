@@ -490,3 +490,19 @@ def test_the_private_mcp_names_this_plugin_relies_on_are_still_there() -> None:
     # The streamable-HTTP transport's Accept header: how its POSTs are known outside a tool call.
     headers = StreamableHTTPTransport("http://127.0.0.1:1/mcp")._prepare_headers()
     assert "application/json" in headers["accept"] and "text/event-stream" in headers["accept"]
+
+
+async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A tool name with a control character cannot be a record's word: the record is refused whole."""
+    instrument(servers=strict(server, {}))
+    async with Client(server.url) as client:
+        with contextlib.suppress(MCPError):
+            await client.call_tool("no\x07such", {})
+    assert records(telemetry) == []
+    ours = [s for s in telemetry.spans() if s.name.startswith(t.CALL_SPAN_PREFIX) and s.events]
+    events = [e for s in ours for e in s.events if e.name == t.RECORD_REFUSED_EVENT]
+    assert len(events) == 1 and not events[0].attributes
+    refused = telemetry.metrics()[t.METRIC_RECORDS_REFUSED]
+    assert sum(v for _, v in refused) == 1

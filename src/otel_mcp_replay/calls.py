@@ -21,8 +21,8 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import CallVerdict, Effect, FailureKind, Permission, RequestFacts, SeriesKnowledge
 from otel_mcp_replay.ledger import Answer
-from otel_mcp_replay.record import AttemptRow, build_record
-from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
+from otel_mcp_replay.runtime import Runtime, count_refused
 from otel_mcp_replay.series import Outcome
 
 # The call in progress in this context: set by the call_tool patch, read by the httpx2 patch.
@@ -239,18 +239,23 @@ class CallState:
             request.settle_open()
         request.facts.settle(verdict, may_have_run)
         effect: Effect = request.knowledge.effect
-        record = build_record(
-            policy=request.declaration.policy,
-            sent=request.facts.sent,
-            effect=effect,
-            verdict=verdict,
-            may_have_run=may_have_run,
-            endpoint=request.endpoint,
-            tool=self.tool,
-            request_id=str(request.request_id),
-            rows=request.rows,
-        )
-        self.span.add_event(t.RECORD_EVENT, record)
+        try:
+            record = build_record(
+                policy=request.declaration.policy,
+                sent=request.facts.sent,
+                effect=effect,
+                verdict=verdict,
+                may_have_run=may_have_run,
+                endpoint=request.endpoint,
+                tool=self.tool,
+                request_id=str(request.request_id),
+                rows=request.rows,
+            )
+        except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
+            self.span.add_event(t.RECORD_REFUSED_EVENT)
+            count_refused()
+        else:
+            self.span.add_event(t.RECORD_EVENT, record)
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: request.declaration.policy}
         )

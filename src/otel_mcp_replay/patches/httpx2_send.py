@@ -146,7 +146,7 @@ async def _tool_series(
         SSE_WAITING[key] = tool_request
         tool_request.sse_key = key
     rules = _rules(rt, declaration, target, request)
-    watch_body = not sse
+    watch_body = streamable and not sse  # a body this transport's SDK code reads as the answer
 
     async def exchange(number: int) -> Outcome:
         attempt_context = tool_request.attempt_context()
@@ -193,6 +193,7 @@ async def _tool_exchange(
         outcome.server_wait_ms = retry_after_ms(response.headers.get("retry-after"), time.time())
     elif declaration.adapter is not None and await _session_busy(declaration.adapter, response):
         outcome.failure, outcome.effect = "session-busy", "unknown"
+        outcome.server_wait_ms = retry_after_ms(response.headers.get("retry-after"), time.time())
     elif status >= 400:
         outcome.failure, outcome.effect = "error", "unknown"
     elif sse and status == 202:
