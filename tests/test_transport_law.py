@@ -368,10 +368,13 @@ async def test_protocol_requests_are_repeated_on_a_429_and_file_no_record(
 ) -> None:
     instrument(servers=declare(server, policy, {}))
     server.faults.add_method("initialize", Throttle("0"))
+    server.faults.add_method("notifications/initialized", Throttle("0"))
     server.faults.add_method("tools/list", Throttle("0"))
     async with Client(server.url, mode="legacy") as client:
         tools = await client.list_tools()
     assert {tool.name for tool in tools.tools} >= {"search", "charge"}
-    assert server.faults.pending() == 0  # both 429s were met, and both requests then went through
+    assert server.faults.pending() == 0  # every 429 was met, and every message then went through
+    initialized = [p for p in server.counters.post_log() if p.method == "notifications/initialized"]
+    assert len(initialized) == 2  # a notification refused with a 429 is sent again too
     assert records(telemetry) == []
     assert attempt_spans(telemetry) == []

@@ -423,8 +423,8 @@ class FaultInjector:
 
     def _fault_for(self, post: _Post) -> Fault | None:
         msg, rec = post.message, post.record
-        if msg is None or rec.method is None or rec.request_id is None:
-            return None  # notifications and responses are recorded, never scripted
+        if msg is None or rec.method is None:
+            return None  # responses are recorded, never scripted
         params = msg.get("params")
         arguments = params.get("arguments") if isinstance(params, dict) else None
         return self.plan.next_fault(
@@ -432,7 +432,7 @@ class FaultInjector:
                 method=rec.method,
                 tool=rec.tool,
                 arguments=arguments if isinstance(arguments, dict) else {},
-                request_id=rec.request_id,
+                request_id=rec.request_id or "",  # "" for a notification
                 session_id=rec.session_id,
                 index=0,
             )

@@ -60,8 +60,8 @@ async def send(
     if call is None and not sse and not streamable:
         return await wrapped(*args, **kwargs)
     body = _json_body(request)
-    if type(body) is not dict or "method" not in body or "id" not in body:
-        return await wrapped(*args, **kwargs)  # notifications and responses are never repeated
+    if type(body) is not dict or "method" not in body:
+        return await wrapped(*args, **kwargs)  # a response to the server is never repeated
     rest = dict(kwargs)
     rest.pop("request", None)
     declaration = rt.servers.resolve(str(request.url))
@@ -69,7 +69,7 @@ async def send(
     async def exchange_once() -> httpx2.Response:
         return await wrapped(request, *args[1:], **rest)
 
-    if call is not None and body.get("method") == "tools/call" and _is_this_call(call, body):
+    if call is not None and body.get("method") == "tools/call" and "id" in body and _is_this_call(call, body):
         return await _tool_series(
             rt, call, instance, request, body, declaration, exchange_once, sse, streamable
         )
