@@ -125,3 +125,10 @@ def the_record(telemetry: Telemetry) -> dict[str, Any]:
     found = records(telemetry)
     assert len(found) == 1, f"expected one record, found {len(found)}"
     return found[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--long`: the reliability suite's long run (issue 7: at least 2,000 calls); CI runs a quick size."""
+    parser.addoption(
+        "--long", action="store_true", default=False, help="run the long reliability suite (issue 7)"
+    )
