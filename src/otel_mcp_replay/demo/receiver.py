@@ -10,6 +10,7 @@ renders received spans as indented trees, with the replay attempts and records i
 from __future__ import annotations
 
 import gzip
+import re
 import threading
 import time
 import zlib
@@ -461,12 +462,38 @@ def _record_lines(attrs: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+_HTTP_STATUS_KEYS = (t.HTTP_STATUS_CODE, "http.status_code")  # stable and old HTTP conventions
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?=: )")
+
+
+def _outcome(span: SpanDict) -> str:
+    """What a span ended with, for its head line: an HTTP client span's status (or that none
+    came), else the `error.type` a failed span names (the call span: the exception's type)."""
+    attrs = span["attributes"]
+    error_type = attrs.get(t.ERROR_TYPE)
+    if span["kind"] == "CLIENT" and ("http.request.method" in attrs or "http.method" in attrs):
+        status = next((attrs[k] for k in _HTTP_STATUS_KEYS if k in attrs), None)
+        if status is not None:
+            return f" → HTTP {status}"
+        if error_type is None:
+            # The old HTTP conventions name no error.type; the status message starts with it.
+            named = _EXCEPTION_NAME.match(span["status"]["message"])
+            error_type = named.group(0) if named else None
+        return f" → no response ({error_type})" if error_type else " → no response"
+    if error_type is None or _is_attempt(span):
+        return ""
+    if str(error_type).lstrip("-").isdigit():  # the SDK's span names a JSON-RPC error by its code
+        return f" → JSON-RPC error {error_type}"
+    return f" → {error_type}"
+
+
 def _span_lines(span: SpanDict) -> tuple[str, list[str]]:
     """The span's head line and its detail lines."""
     duration_ms = max(0, span["end_time_unix_nano"] - span["start_time_unix_nano"]) / 1e6
     attrs = span["attributes"]
     head = f"{span['name']}  [{span['kind'].lower()}, {duration_ms:.1f} ms"
     head += ", error]" if span["status"]["code"] == "ERROR" else "]"
+    head += _outcome(span)
     details: list[str] = []
     if _is_attempt(span):
         details.append(_attempt_line(attrs))
