@@ -506,3 +506,24 @@ async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(
     assert len(events) == 1 and not events[0].attributes
     refused = telemetry.metrics()[t.METRIC_RECORDS_REFUSED]
     assert sum(v for _, v in refused) == 1
+
+
+@pytest.mark.parametrize("ran", [False, True])
+async def test_a_tcp_cut_before_or_after_the_tool_ran(
+    telemetry: Telemetry, instrument: Any, ran: bool
+) -> None:
+    """Through a real proxy: the plugin cannot tell the two apart, so both are `unknown`; only the
+    server's counter knows. Under app-authorized, not named: may have run, only that call fails."""
+    with running_server("streamable") as server, TcpProxy(server.port) as proxy:
+        url = proxy.url_for(server.url)
+        instrument(servers={url: {"policy": "app-authorized", "tools": {}}})
+        async with Client(url, mode="2026-07-28") as client:
+            proxy.cut_next(None, forward_request=ran, match=b'"tools/call"')
+            with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+                await client.call_tool("search", {"query": "q"})
+            assert (await client.call_tool("search", {"query": "next"})).is_error is False
+        assert server.counters.executions("search") == (2 if ran else 1)
+        failed = records(telemetry)[0]
+        assert failed[t.ATTEMPTS_EFFECT] == ("unknown",)
+        assert failed[t.MAY_HAVE_RUN] is True
+        assert proxy.cuts == 1
