@@ -36,7 +36,7 @@ REPO: Final = Path(__file__).resolve().parents[3]
 EXAMPLES: Final = REPO / "examples"
 AGENT: Final = EXAMPLES / "agent.py"
 CONFIG: Final = EXAMPLES / "replay.toml"
-AGENT_TIMEOUT_S: Final = 30.0
+AGENT_TIMEOUT_S: Final = 20.0
 SPANS_TIMEOUT_S: Final = 5.0
 
 # The endpoints of examples/replay.toml (name -> origin), and the faults each one's tools meet:
@@ -249,9 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("otel-mcp-replay demo: two MCP servers, the agent and an OTLP receiver, all on 127.0.0.1")
         say()
         for name, handle in demo.servers.items():
-            say(f"  {name} server {handle.url}, scripted faults:")
+            say(f"  {name} server {handle.url}, faults on each tool's first tools/call POSTs:")
             for tool, faults in FAULTS[name].items():
-                say(f"    {tool:<11} " + " then ".join(_describe(f) for f in faults) + ", then none")
+                say(f"    {tool:<11} " + ", then ".join(_describe(f) for f in faults))
         say()
         env = agent_environment(demo, receiver.traces_endpoint)
         say("$ env \\")
