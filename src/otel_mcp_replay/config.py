@@ -15,6 +15,8 @@ from typing import Any
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.declaration import (
     NO_SERVERS,
+    DeclarationTypeError,
+    DeclarationValueError,
     Servers,
     Settings,
     retry_budget_of,
@@ -59,14 +61,14 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
             if value is not _ABSENT:
                 settings_of(**{name: value})  # checked alone, so the error names its variable
                 from_env[name] = value
-        except (_EnvError, TypeError, ValueError) as exc:
+        except Exception as exc:  # the environment must never stop the app or the loader
             fail_closed = True
             _log(variable, exc)
     settings = settings_of(**{**from_env, **given})
     if servers is None:
         try:
             servers = _servers_from_env(environ)
-        except (_EnvError, TypeError, ValueError) as exc:
+        except Exception as exc:  # the environment must never stop the app or the loader
             fail_closed = True
             _log("", exc)
             servers = NO_SERVERS
@@ -74,8 +76,10 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
 
 
 def _log(variable: str, exc: BaseException) -> None:
-    # The law's errors name fields and never carry values; ours are the same.
-    message = str(exc)
+    # The law's errors and ours name fields and never carry values; any other error's text might,
+    # so only its type is told.
+    named = isinstance(exc, _EnvError | DeclarationTypeError | DeclarationValueError)
+    message = str(exc) if named else f"unreadable ({type(exc).__name__})"
     if variable and variable not in message:
         message = f"{variable}: {message}"
     logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", message)
