@@ -157,7 +157,8 @@ tool_names = st.from_regex(r"[a-z_]{1,12}", fullmatch=True)
 @st.composite
 def tools_slot(draw: st.DrawFn) -> Drawn:
     if draw(st.integers(0, 9)) == 0:
-        return draw(planted_scalar.filter(lambda d: not isinstance(d.value, dict)))
+        wrong: Drawn = draw(planted_scalar.filter(lambda d: not isinstance(d.value, dict)))
+        return wrong
     entries = draw(st.dictionaries(tool_names, entry_slot, max_size=4))
     return Drawn(
         {name: d.value for name, d in entries.items()},
@@ -169,7 +170,8 @@ def tools_slot(draw: st.DrawFn) -> Drawn:
 @st.composite
 def declaration(draw: st.DrawFn) -> Drawn:
     if draw(st.integers(0, 14)) == 0:
-        return draw(planted_scalar.filter(lambda d: not isinstance(d.value, dict)))
+        wrong: Drawn = draw(planted_scalar.filter(lambda d: not isinstance(d.value, dict)))
+        return wrong
     fields: dict[str, Drawn] = {}
     for name, slot in (
         ("policy", policy_slot),
@@ -220,7 +222,8 @@ def endpoint(port: int) -> st.SearchStrategy[Drawn]:
 @st.composite
 def servers(draw: st.DrawFn) -> Drawn:
     if draw(st.integers(0, 14)) == 0:
-        return draw(st.one_of(planted_scalar.filter(lambda d: not isinstance(d.value, dict))))
+        wrong: Drawn = draw(planted_scalar.filter(lambda d: not isinstance(d.value, dict)))
+        return wrong
     n = draw(st.integers(0, 4))
     mapping: dict[Any, Any] = {}
     valid, json_safe = True, True

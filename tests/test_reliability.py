@@ -400,6 +400,8 @@ class Stats:
     outcomes: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
     teardowns: int = 0
+    faults: dict[str, int] = field(default_factory=dict)  # applied by the server, and the proxy's cuts
+    longest_over_s: float = float("-inf")  # the most a call took beyond its wait cap and stalls
     violations: list[str] = field(default_factory=list)
 
     def note(self, outcome: str) -> None:
@@ -479,11 +481,15 @@ class Rig:
             await self._run_sequential(rnd)
         else:
             await self._run_client(rnd, list(rnd.plans))
+        for _, _, _, name in server.faults.applied():
+            self.stats.faults[name] = self.stats.faults.get(name, 0) + 1
         server.faults.set_rule(None)
 
     def _arm(self, plans: Sequence[CallPlan]) -> None:
         for plan in plans:
             if plan.proxy_cut is not None:
+                name = f"proxy cut {plan.proxy_cut}"
+                self.stats.faults[name] = self.stats.faults.get(name, 0) + 1
                 self.proxy.cut_next(forward_request=plan.proxy_cut == "after", match=plan.marker)
 
     async def _run_client(self, rnd: Round, plans: list[CallPlan]) -> None:
@@ -618,7 +624,11 @@ class Rig:
             result = results.get(plan.index)
             if result is None:
                 self.violation(rnd, "the call never ran", plan)
-            elif result.duration_s > self.bound_s(rnd, plan):
+                continue
+            if plan.cancel_after is None:
+                over = result.duration_s - (rnd.max_wait_ms / 1000 + plan.stall_s)
+                self.stats.longest_over_s = max(self.stats.longest_over_s, over)
+            if result.duration_s > self.bound_s(rnd, plan):
                 self.violation(
                     rnd, f"settled in {result.duration_s:.2f} s > bound {self.bound_s(rnd, plan):.2f} s", plan
                 )
@@ -677,7 +687,9 @@ def report(seed: int, stats: Stats, started: float, rounds: Sequence[Round]) -> 
     return (
         f"seed {seed} ({SEED_ENV}={seed} replays it): {stats.calls} calls in {len(rounds)} rounds, "
         f"{stats.attempts} attempts, {stats.teardowns} compatibility teardowns, "
-        f"{time.monotonic() - started:.1f} s; outcomes {dict(sorted(stats.outcomes.items()))}"
+        f"{time.monotonic() - started:.1f} s; outcomes {dict(sorted(stats.outcomes.items()))}; "
+        f"faults {dict(sorted(stats.faults.items()))}; the slowest call took "
+        f"{stats.longest_over_s:+.2f} s beyond its wait cap and stalls"
     )
 
 
@@ -699,6 +711,19 @@ async def _schedules(telemetry: Telemetry, instrument: Any, long_run: bool) -> N
     assert stats.outcomes.get("MCPError", 0) > 0, summary
     assert stats.outcomes.get("cancelled", 0) > 0, summary
     assert stats.teardowns > 0, summary
+    assert stats.attempts > stats.calls, summary  # repeats happened
+    every_fault = {
+        "Throttle",
+        "Status",
+        "StallThenPass",
+        "DropBeforeExecution",
+        "DropAfterExecution",
+        "DropMidBody",
+        "SseWithoutAnswer",
+        "proxy cut before",
+        "proxy cut after",
+    }
+    assert every_fault <= set(stats.faults), summary
 
 
 async def test_randomized_fault_schedules_keep_every_invariant(telemetry: Telemetry, instrument: Any) -> None:
