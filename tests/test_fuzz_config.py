@@ -13,6 +13,7 @@ Every generated value is known valid or invalid by construction, and some carry 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -253,6 +254,44 @@ def test_servers_of_accepts_the_valid_and_refuses_the_rest_without_echoing(drawn
         assert_no_echo(texts_of(exc))
     else:
         assert drawn.valid, "an invalid declaration was accepted"
+
+
+junk = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=20),
+        st.binary(max_size=8),
+        st.sampled_from(["compatibility", "app-authorized", "throttle", "network", "agentcore-runtime"]),
+        st.sampled_from(["http://127.0.0.1:1/mcp", "https://h", "http://[::1]:8/x", "http://h:0", "http://"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.frozensets(st.text(max_size=5), max_size=3),
+        st.dictionaries(
+            st.one_of(
+                st.sampled_from(["policy", "label", "tools", "deduplicates", "adapter", "on", "changes"]),
+                st.text(max_size=10),
+                st.integers(),
+            ),
+            inner,
+            max_size=5,
+        ),
+    ),
+    max_leaves=30,
+)
+
+
+@FUZZ
+@given(junk)
+def test_servers_of_on_any_structure_raises_only_type_or_value_errors(raw: Any) -> None:
+    with contextlib.suppress(TypeError, ValueError):
+        servers_of(raw)
+    with contextlib.suppress(TypeError, ValueError):
+        servers_of({"http://127.0.0.1:1/mcp": raw})
 
 
 def _valid_setting(name: str, value: Any) -> bool:
