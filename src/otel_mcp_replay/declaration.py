@@ -92,7 +92,12 @@ def _fields_of(raw: object, where: str, known: frozenset[str]) -> Mapping[str, o
         if not isinstance(key, str):
             _type_error(where or "declaration", "has a field name that is not a string")
         if key not in known:
-            _type_error(_at(where, key), "unknown field")
+            # A plain name is shown (a misspelt `chnages`); anything else could be a value written
+            # where a field belongs (an endpoint URL with its credentials), so it is only counted.
+            if _PLAIN_KEY.fullmatch(_plain(key)):
+                _type_error(_at(where, key), "unknown field")
+            position = list(raw).index(key)
+            _type_error(where or "declaration", f"has an unknown field (field {position} of the mapping)")
     return raw
 
 
