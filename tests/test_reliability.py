@@ -558,6 +558,12 @@ class Rig:
             # (Markers are unique in the whole run: a leftover cannot land on a later call.)
             self.violation(rnd, f"{self.proxy.armed} proxy cuts were never claimed by their call")
 
+        # POSTs are counted per (session, request id): legacy calls carry the Client's one session
+        # id, 2026-07-28 calls none (hence one Client per count).
+        sessions = {p.session_id for p in counters.post_log() if p.method == "tools/call"}
+        if len(sessions) > 1 or (sessions and (None in sessions) != (rnd.mode == "2026-07-28")):
+            self.violation(rnd, f"{len(sessions)} sessions on one Client ({rnd.mode})")
+        session = next(iter(sessions), None)
         by_key = {plan_key(p): p for p in plans}
         plan_of: dict[str, CallPlan] = {}
         for post in counters.post_log():
@@ -579,7 +585,7 @@ class Rig:
         for record in found:
             rid = str(record[t.JSONRPC_REQUEST_ID])
             sent = int(record[t.SENT])
-            posts = counters.posts(rid)
+            posts = counters.posts(rid, session)
             stats.attempts += sent
             if sent > rnd.max_attempts:
                 self.violation(rnd, f"record {rid}: sent {sent} > max_attempts")
@@ -614,10 +620,9 @@ class Rig:
         # received) at most once per call; with its key, the server runs it at most once.
         for rid, plan in plan_of.items():
             executions = counters.executions_for(rid, plan.tool)
-            if plan.changes_without_key and (counters.posts(rid) > 1 or executions > 1):
-                self.violation(
-                    rnd, f"request {rid}: {counters.posts(rid)} POSTs, {executions} executions", plan
-                )
+            posts = counters.posts(rid, session)
+            if plan.changes_without_key and (posts > 1 or executions > 1):
+                self.violation(rnd, f"request {rid}: {posts} POSTs, {executions} executions", plan)
             if plan.kind == "charge-keyed" and executions > 1:
                 self.violation(rnd, f"request {rid}: charged {executions} times with one key", plan)
         for plan in plans:
