@@ -10,9 +10,12 @@ built-in types are accepted, so no method a filing carries ever runs.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Final, cast
+from gc import get_referents as _referents
+from itertools import repeat
+from operator import countOf, is_
+from typing import Final, NamedTuple, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
@@ -31,15 +34,20 @@ _WORDS_EFFECT: Final = frozenset(t.EFFECTS)
 _WORDS_PERMISSION: Final = frozenset(t.ATTEMPT_PERMISSIONS)
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRow:
-    """One HTTP attempt of a `tools/call`, as its record lists it."""
+class AttemptRow(NamedTuple):
+    """One HTTP attempt of a `tools/call`, as its record lists it.
+
+    A named tuple (immutable) so that build_record turns rows into columns with one transpose in C.
+    """
 
     status: int  # 0 when no response came
     failure: str  # "" when a JSON-RPC result came back, else a failure kind
     effect: Effect
     permission: str  # "first" | "app" | "compatibility" | "adapter"
     wait_ms: int  # the wait before the NEXT attempt (0 if none)
+
+
+_NO_ROWS: Final[tuple[tuple[object, ...], ...]] = ((),) * 5
 
 
 class RecordRefused(ValueError):
@@ -73,44 +81,85 @@ def _count(value: object) -> bool:
     return type(value) is int and 0 <= value <= _INT64_MAX
 
 
-def _status(value: object) -> bool:
-    return type(value) is int and (value == 0 or 100 <= value <= 999)
+# -- the columns: each check is a pass in C over the cells, never a call into one ----------------
+
+_STATUSES: Final = frozenset((0, *range(100, 1000)))  # 0: no response; else a three-digit status
+_UINT64: Final[dict[int, struct.Struct]] = {}  # by row count (at most MAX_RECORD_ROWS entries)
+_FEW: Final = 8  # columns this short are looked at cell by cell
 
 
-def _word_in(words: frozenset[str]) -> Callable[[object], bool]:
-    return lambda value: type(value) is str and value in words
+def _exactly(kind: type, cells: tuple[object, ...]) -> bool:
+    """Every cell is exactly `kind` (no subclass), found without running any code a cell carries.
+
+    gc.get_referents(*cells) is empty only when no cell is an object of a class written in Python
+    (such an object refers to its class) and none is a container. Only then are the cells' classes
+    compared with `kind`: classes written in C, compared by the interpreter without a call into them.
+    A few cells are cheaper to look at one by one (the common record has one to three rows).
+    """
+    if len(cells) <= _FEW:
+        for cell in cells:  # noqa: SIM110 (a loop: no generator to set up for a few cells)
+            if type(cell) is not kind:
+                return False
+        return True
+    return not _referents(*cells) and countOf(map(type, cells), kind) == len(cells)
 
 
-_SCALARS: Final[dict[str, Callable[[object], bool]]] = {
-    t.POLICY: _word_in(frozenset(t.POLICIES)),
-    t.SENT: _count,
-    t.EFFECT: _word_in(_WORDS_EFFECT),
-    t.VERDICT: _word_in(frozenset(t.VERDICTS)),
-    t.MAY_HAVE_RUN: lambda value: type(value) is bool,
-    t.ENDPOINT: is_endpoint,
-    t.OMITTED: _count,
-    t.GEN_AI_TOOL_NAME: is_sane_text,
-    t.JSONRPC_REQUEST_ID: lambda value: is_sane_text(value, allow_empty=False),
-}
-_COLUMNS: Final[dict[str, Callable[[object], bool]]] = {
-    t.ATTEMPTS_STATUS: _status,
-    t.ATTEMPTS_FAILURE: _word_in(_WORDS_FAILURE),
-    t.ATTEMPTS_EFFECT: _word_in(_WORDS_EFFECT),
-    t.ATTEMPTS_PERMISSION: _word_in(_WORDS_PERMISSION),
-    t.ATTEMPTS_WAIT_MS: _count,
-}
+def _counts(cells: tuple[object, ...]) -> bool:
+    """Exact ints in 0..2**63-1 (OTLP's int64)."""
+    if not _exactly(int, cells):
+        return False
+    packer = _UINT64.get(len(cells))
+    if packer is None:
+        packer = _UINT64[len(cells)] = struct.Struct(f"<{len(cells)}Q")
+    try:
+        packed = packer.pack(*cells)  # exact ints only by now; refuses one below 0 or past 2**64-1
+    except struct.error:
+        return False
+    # Each little-endian uint64's top byte is below 0x80 exactly when the int fits int64.
+    return packed[7::8].isascii()
 
 
-def _items(raw: object) -> list[tuple[object, object]] | None:
-    """The record's pairs, read as data, or None for a mapping this module will not call into."""
-    # A plain dict is read by the interpreter itself. BoundedAttributes is OpenTelemetry's own
+def _statuses(cells: tuple[object, ...]) -> bool:
+    return _exactly(int, cells) and set(cells) <= _STATUSES  # exact ints: the interpreter hashes
+
+
+class _Words:
+    """Exact str cells, each in `words` (types first: only exact str is hashed and compared)."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, words: frozenset[str]) -> None:
+        self.words = words
+
+    def __call__(self, cells: tuple[object, ...]) -> bool:
+        return _exactly(str, cells) and self.words.issuperset(cells)
+
+
+_COLUMN_CHECKS: Final[tuple[tuple[str, Callable[[tuple[object, ...]], bool]], ...]] = (
+    (t.ATTEMPTS_STATUS, _statuses),
+    (t.ATTEMPTS_FAILURE, _Words(_WORDS_FAILURE)),
+    (t.ATTEMPTS_EFFECT, _Words(_WORDS_EFFECT)),
+    (t.ATTEMPTS_PERMISSION, _Words(_WORDS_PERMISSION)),
+    (t.ATTEMPTS_WAIT_MS, _counts),
+)
+_POLICY_WORDS: Final = frozenset(t.POLICIES)
+_VERDICT_WORDS: Final = frozenset(t.VERDICTS)
+_KNOWN_KEYS: Final = frozenset(t.RECORD_KEYS)
+_MISSING: Final = object()  # what a missing key reads as: every check below refuses it
+
+
+def _given(raw: object) -> dict[object, object] | None:
+    """A private copy of the record's pairs, read as data, or None for a mapping this module will
+    not call into."""
+    # A plain dict is copied by the interpreter itself. BoundedAttributes is OpenTelemetry's own
     # class (an event's attributes), checked by exact type, so its copy() is library code. Any other
     # mapping, a MappingProxyType included (it may wrap any mapping), could run the filer's code.
     if type(raw) is BoundedAttributes:
-        raw = raw.copy()
+        copied = raw.copy()
+        return copied if type(copied) is dict else None
     if type(raw) is not dict:
         return None
-    return list(dict.items(raw))
+    return dict.copy(raw)
 
 
 def record_refusal(raw: object) -> str | None:
@@ -130,41 +179,81 @@ def validate_record(raw: object) -> dict[str, AttributeValue] | None:
         return None
 
 
+def _refused(key: str, given: dict[object, object]) -> RecordRefused:
+    return RecordRefused(key if key in given else f"{key} (missing)")
+
+
 def _read(raw: object) -> dict[str, AttributeValue]:
-    items = _items(raw)
-    if items is None:
+    given = _given(raw)
+    if given is None:
         raise RecordRefused("the record (not a plain dict)")
-    given: dict[str, object] = {}
-    for key, value in items:
-        if type(key) is not str or (key not in _SCALARS and key not in _COLUMNS):
+    for key in given:
+        if type(key) is not str or key not in _KNOWN_KEYS:
             raise RecordRefused("an unknown key")
-        given[key] = value
-    out: dict[str, AttributeValue] = {}
-    for key, check in _SCALARS.items():
-        if key not in given:
-            raise RecordRefused(f"{key} (missing)")
-        value = given[key]
-        if not check(value):
-            raise RecordRefused(key)
-        out[key] = cast(AttributeValue, value)  # checked above: an exact str, int or bool
+    get = given.get
+    # The scalars, in the allow-list's order: the first one at fault (or missing) names the refusal.
+    policy = get(t.POLICY, _MISSING)
+    if type(policy) is not str or policy not in _POLICY_WORDS:
+        raise _refused(t.POLICY, given)
+    sent = get(t.SENT, _MISSING)
+    if not _count(sent):
+        raise _refused(t.SENT, given)
+    effect = get(t.EFFECT, _MISSING)
+    if type(effect) is not str or effect not in _WORDS_EFFECT:
+        raise _refused(t.EFFECT, given)
+    verdict = get(t.VERDICT, _MISSING)
+    if type(verdict) is not str or verdict not in _VERDICT_WORDS:
+        raise _refused(t.VERDICT, given)
+    may_have_run = get(t.MAY_HAVE_RUN, _MISSING)
+    if type(may_have_run) is not bool:
+        raise _refused(t.MAY_HAVE_RUN, given)
+    endpoint = get(t.ENDPOINT, _MISSING)
+    if not is_endpoint(endpoint):
+        raise _refused(t.ENDPOINT, given)
+    omitted = get(t.OMITTED, _MISSING)
+    if not _count(omitted):
+        raise _refused(t.OMITTED, given)
+    tool = get(t.GEN_AI_TOOL_NAME, _MISSING)
+    if not is_sane_text(tool):
+        raise _refused(t.GEN_AI_TOOL_NAME, given)
+    request_id = get(t.JSONRPC_REQUEST_ID, _MISSING)
+    if not is_sane_text(request_id, allow_empty=False):
+        raise _refused(t.JSONRPC_REQUEST_ID, given)
+    # The columns, in order: a plain tuple or list each, all of one length, every cell checked.
+    columns: list[tuple[object, ...]] = []
     rows = -1
-    for key, check in _COLUMNS.items():
-        if key not in given:
-            raise RecordRefused(f"{key} (missing)")
-        column = given[key]
+    for key, check in _COLUMN_CHECKS:
+        column = get(key, _MISSING)
         if type(column) is not tuple and type(column) is not list:
-            raise RecordRefused(key)
+            raise _refused(key, given)
         cells = tuple(column)  # exact tuple or list: the interpreter iterates it, no filer code runs
         if rows == -1:
             rows = len(cells)
         if len(cells) != rows:
             raise RecordRefused(f"{key} (ragged columns)")
-        if len(cells) > t.MAX_RECORD_ROWS:
+        if rows > t.MAX_RECORD_ROWS:
             raise RecordRefused(f"{key} (more than {t.MAX_RECORD_ROWS} rows)")
-        if not all(check(cell) for cell in cells):
+        if rows and not check(cells):
             raise RecordRefused(key)
-        out[key] = cast(AttributeValue, cells)  # checked above: exact str or int cells
-    return out
+        columns.append(cells)
+    status, failure, attempt_effect, permission, wait_ms = columns
+    record = {  # a fresh dict in the allow-list's order, holding only what was checked above
+        t.POLICY: policy,
+        t.SENT: sent,
+        t.EFFECT: effect,
+        t.VERDICT: verdict,
+        t.MAY_HAVE_RUN: may_have_run,
+        t.ENDPOINT: endpoint,
+        t.OMITTED: omitted,
+        t.GEN_AI_TOOL_NAME: tool,
+        t.JSONRPC_REQUEST_ID: request_id,
+        t.ATTEMPTS_STATUS: status,
+        t.ATTEMPTS_FAILURE: failure,
+        t.ATTEMPTS_EFFECT: attempt_effect,
+        t.ATTEMPTS_PERMISSION: permission,
+        t.ATTEMPTS_WAIT_MS: wait_ms,
+    }
+    return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
 
 def build_record(
@@ -193,9 +282,10 @@ def build_record(
     if len(listed) > t.MAX_RECORD_ROWS:
         omitted = len(listed) - t.MAX_RECORD_ROWS
         listed = listed[: t.MAX_RECORD_ROWS - 1] + listed[-1:]
-    for row in listed:
-        if type(row) is not AttemptRow:
-            raise RecordRefused("rows (not AttemptRow)")
+    if not all(map(is_, map(type, listed), repeat(AttemptRow))):
+        raise RecordRefused("rows (not AttemptRow)")
+    # Rows to columns with one transpose in C (each row is exactly our own named tuple).
+    status, failure, effect_, permission, wait_ms = tuple(zip(*listed, strict=True)) or _NO_ROWS
     record: dict[str, object] = {
         t.POLICY: policy,
         t.SENT: sent,
@@ -206,10 +296,10 @@ def build_record(
         t.OMITTED: omitted,
         t.GEN_AI_TOOL_NAME: tool,
         t.JSONRPC_REQUEST_ID: request_id,
-        t.ATTEMPTS_STATUS: tuple(row.status for row in listed),
-        t.ATTEMPTS_FAILURE: tuple(row.failure for row in listed),
-        t.ATTEMPTS_EFFECT: tuple(row.effect for row in listed),
-        t.ATTEMPTS_PERMISSION: tuple(row.permission for row in listed),
-        t.ATTEMPTS_WAIT_MS: tuple(row.wait_ms for row in listed),
+        t.ATTEMPTS_STATUS: status,
+        t.ATTEMPTS_FAILURE: failure,
+        t.ATTEMPTS_EFFECT: effect_,
+        t.ATTEMPTS_PERMISSION: permission,
+        t.ATTEMPTS_WAIT_MS: wait_ms,
     }
     return _read(record)

@@ -1,0 +1,190 @@
+"""The record allow-list on full-size records: as strict as on small ones, and fast enough.
+
+tests/test_record.py mostly checks records of a few rows, which the validator reads cell by cell;
+a record of more rows is checked column by column in C (gc.get_referents, then the cells' exact
+classes, then their values). These tests put every kind of bad cell at every kind of position of a
+full 100-row record, and bound the time generously (a benchmark, not a test, gives the figure).
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.record import AttemptRow, build_record, record_refusal, validate_record
+
+ROWS = t.MAX_RECORD_ROWS
+
+
+def full_record() -> dict[str, Any]:
+    rows = [
+        AttemptRow(429, "throttle", "unknown", "first" if i == 0 else "app", 1000 + i) for i in range(ROWS)
+    ]
+    rows[-1] = AttemptRow(200, "", "applied", "app", 0)
+    return build_record(
+        policy="app-authorized",
+        sent=ROWS,
+        effect="applied",
+        verdict="completed",
+        may_have_run=False,
+        endpoint="billing",
+        tool="search",
+        request_id="7",
+        rows=rows,
+    )
+
+
+class StrSub(str):
+    __slots__ = ()
+
+
+class IntSub(int):
+    __slots__ = ()
+
+
+class Tripwire:
+    """Records every method looked up on it: the validator must never call one."""
+
+    calls: list[str] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        Tripwire.calls.append(name)
+        return object.__getattribute__(self, name)
+
+
+class LoudMeta(type):
+    """A metaclass whose hash and equality record that they ran: comparing or hashing a cell's
+    class must not call them either."""
+
+    def __hash__(cls) -> int:
+        Tripwire.calls.append("meta.__hash__")
+        return 1
+
+    def __eq__(cls, other: object) -> bool:
+        Tripwire.calls.append("meta.__eq__")
+        return True
+
+
+class LoudStr(str, metaclass=LoudMeta):
+    def __hash__(self) -> int:
+        Tripwire.calls.append("str.__hash__")
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        Tripwire.calls.append("str.__eq__")
+        return str.__eq__(self, other)
+
+
+class LoudInt(int, metaclass=LoudMeta):
+    def __hash__(self) -> int:
+        Tripwire.calls.append("int.__hash__")
+        return int.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        Tripwire.calls.append("int.__eq__")
+        return int.__eq__(self, other)
+
+
+BAD_CELLS: dict[str, list[Any]] = {
+    t.ATTEMPTS_STATUS: [
+        -1, 1, 99, 1000, True, False, 429.0, 0.0, complex(429), Decimal(429), "429", None,
+        IntSub(429), LoudInt(429), Tripwire(), (429,), b"429",
+    ],
+    t.ATTEMPTS_FAILURE: ["boom", "Throttle", None, 0, b"network", StrSub("network"), LoudStr("network"),
+                         Tripwire(), ("network",)],
+    t.ATTEMPTS_EFFECT: ["", "maybe", StrSub("unknown"), LoudStr("unknown"), b"unknown", Tripwire()],
+    t.ATTEMPTS_PERMISSION: ["model", "", StrSub("app"), LoudStr("app"), Tripwire()],
+    t.ATTEMPTS_WAIT_MS: [
+        -1, True, False, 1.5, 0.0, 2**63, 2**64, -(2**63), IntSub(5), LoudInt(5), Decimal(5), "5", None,
+        Tripwire(), (),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("position", [0, 1, ROWS // 2, ROWS - 2, ROWS - 1])
+@pytest.mark.parametrize(("key", "bad"), [(k, v) for k, vs in BAD_CELLS.items() for v in vs])
+def test_a_bad_cell_anywhere_in_a_full_record_refuses_it_and_runs_nothing(
+    key: str, bad: Any, position: int
+) -> None:
+    Tripwire.calls.clear()
+    record = full_record()
+    cells = list(record[key])
+    cells[position] = bad
+    record[key] = tuple(cells)
+    assert validate_record(record) is None
+    assert record_refusal(record) == key
+    record[key] = cells  # a list column is read the same way
+    assert validate_record(record) is None
+    assert Tripwire.calls == []
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 8, 9, 10, 64, ROWS])
+def test_records_of_every_size_pass_and_come_back_equal(rows: int) -> None:
+    listed = [AttemptRow(0 if i % 3 else 503, "network", "unknown", "app", i) for i in range(rows)]
+    record = build_record(
+        policy="compatibility",
+        sent=rows,
+        effect="unknown",
+        verdict="failed",
+        may_have_run=False,
+        endpoint="http://127.0.0.1:8080",
+        tool="search",
+        request_id="abc",
+        rows=listed,
+    )
+    assert validate_record(record) == record
+    assert (
+        validate_record({k: list(v) if k in t.RECORD_COLUMN_KEYS else v for k, v in record.items()}) == record
+    )
+    assert record[t.ATTEMPTS_WAIT_MS] == tuple(range(rows))
+
+
+def test_the_edges_of_the_int_ranges_pass() -> None:
+    record = full_record()
+    record[t.ATTEMPTS_WAIT_MS] = (0, 2**63 - 1) * (ROWS // 2)
+    record[t.ATTEMPTS_STATUS] = (0, 100, 999, 599) * (ROWS // 4)
+    assert validate_record(record) == record
+
+
+def test_a_record_past_the_row_limit_is_refused_whole() -> None:
+    record = full_record()
+    for key in t.RECORD_COLUMN_KEYS:
+        record[key] = (*record[key], record[key][-1])
+    assert validate_record(record) is None
+
+
+def median_us(fn: Any, runs: int = 31, loops: int = 20) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        samples.append((time.perf_counter() - started) / loops * 1e6)
+    return sorted(samples)[runs // 2]
+
+
+def test_validating_a_full_record_is_fast() -> None:
+    """Generous bounds (several times the measured figure on a slow 2-core VM), so this never flakes."""
+    record = full_record()
+    assert validate_record(record) is not None
+    assert median_us(lambda: validate_record(record)) < 200
+    rows = [AttemptRow(429, "throttle", "unknown", "app", 5)] * ROWS
+    assert median_us(lambda: build_record(**_build_args(rows))) < 400
+
+
+def _build_args(rows: list[AttemptRow]) -> dict[str, Any]:
+    return {
+        "policy": "app-authorized",
+        "sent": len(rows),
+        "effect": "unknown",
+        "verdict": "failed",
+        "may_have_run": True,
+        "endpoint": "billing",
+        "tool": "search",
+        "request_id": "7",
+        "rows": rows,
+    }
