@@ -436,6 +436,11 @@ config_var = st.one_of(
     st.just(ConfigFile(f'[servers."http://127.0.0.1:1/mcp"]\npolicy = "{CANARY}"\n', ".toml", False)),
     st.just(ConfigFile('[servers."http://127.0.0.1:1/mcp"]\npolicy = "app-authorized"\n', ".toml", True)),
     st.just(ConfigFile(f"servers: {CANARY}", ".yaml", False)),
+    # The servers table forgotten: endpoint URLs (credentials and all) where field names belong.
+    st.just(ConfigFile(f'{{"http://user:{CANARY}@127.0.0.1:1/mcp": {{}}}}', ".json", False)),
+    st.just(
+        ConfigFile(f'["http://user:{CANARY}@127.0.0.1:1/mcp"]\npolicy = "app-authorized"\n', ".toml", False)
+    ),
     st.just(ConfigFile(f'{{"servers": {{}}, "extra": "{CANARY}"}}', ".json", False)),
 )
 
