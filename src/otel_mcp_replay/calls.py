@@ -92,6 +92,10 @@ class ToolRequest:
 
     def exchanged(self, outcome: Outcome) -> None:
         """The attempt's exchange ended (before any wait): what it sent is counted now."""
+        current = self._open
+        if current is None or current.outcome is not None:
+            return  # cut short already: what it does now is not this call's record
+        current.outcome = outcome
         if outcome.effect != "none":
             self.facts.sent_one()
         if outcome.failure == "network" and outcome.status == 0 and outcome.effect != "none":
@@ -114,6 +118,16 @@ class ToolRequest:
         if (declined is not None or wait_ms == 0) and outcome.status:
             self.facts.delivered_status(outcome.status)
         self._finish(current)
+
+    def cut_short(self) -> None:
+        """The call ended while the open attempt's exchange was under way (a cancel, a read
+        timeout): it was sent, and no answer came. Whatever it does later is not recorded."""
+        current = self._open
+        if current is None or current.outcome is not None:
+            return
+        outcome = Outcome(0, "network", "unknown", ended_ns=time.time_ns())
+        self.exchanged(outcome)
+        self.closed(outcome, wait_ms=0, declined="budget")
 
     def attempt_context(self) -> Context | None:
         """The context that makes the open attempt's span the parent of the HTTP client's span."""
@@ -148,8 +162,17 @@ class ToolRequest:
     # -- the call writes these --
 
     def settle_open(self) -> None:
-        """The call ended: an attempt still waiting for its answer never got it."""
-        self.stream_ended(None)
+        """The call ended: an attempt still under way, or waiting for its answer, never got it; one
+        waiting to be repeated will not be."""
+        current = self._open
+        if current is None:
+            return
+        if current.outcome is None:
+            self.cut_short()
+        elif current.outcome.effect is None:
+            self.stream_ended(None)
+        else:
+            self.closed(current.outcome, wait_ms=0, declined="budget")
 
     def _finish(self, current: _Open) -> None:
         outcome = current.outcome

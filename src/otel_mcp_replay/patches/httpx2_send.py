@@ -69,13 +69,18 @@ async def send(
     async def exchange_once() -> httpx2.Response:
         return await wrapped(request, *args[1:], **rest)
 
-    if call is not None and body.get("method") == "tools/call" and "id" in body and _is_this_call(call, body):
-        return await _tool_series(
-            rt, call, instance, request, body, declaration, exchange_once, sse, streamable
-        )
+    target = PROTOCOL
+    if body.get("method") == "tools/call" and "id" in body:
+        if call is not None and _is_this_call(call, body):
+            return await _tool_series(
+                rt, call, instance, request, body, declaration, exchange_once, sse, streamable
+            )
+        # A tools/call outside call_tool (send_request, or a call begun before instrument()):
+        # the law still holds for it, with nothing recorded.
+        target = target_of(body, declaration)
     if not (sse or streamable):
         return await exchange_once()
-    rules = _rules(rt, declaration, PROTOCOL, request)
+    rules = _rules(rt, declaration, target, request)
     final = await run_series(rules, _protocol_exchange(exchange_once), _discard, _sleep, NoLog())
     return _deliver(final)
 
@@ -153,6 +158,9 @@ async def _tool_series(
         token = otel_context.attach(attempt_context) if attempt_context is not None else None
         try:
             outcome = await _tool_exchange(exchange_once, tool_request, declaration, watch_body, sse)
+        except BaseException:  # the caller gave up (or the client failed) mid-exchange
+            tool_request.cut_short()
+            raise
         finally:
             if token is not None:
                 otel_context.detach(token)

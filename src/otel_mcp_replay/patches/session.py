@@ -79,9 +79,10 @@ def _settle_failed(call: CallState, exc: BaseException) -> None:
         uncertain = False
         if request is not None and request.declaration.policy == "app-authorized":
             request.settle_open()
-            uncertain = request.facts.uncertain
+            # A caller that gave up sees its own cancellation, never "may have run".
+            uncertain = request.facts.uncertain and not isinstance(exc, anyio.get_cancelled_exc_class())
         _file(call, "failed", may_have_run=uncertain)
-        if uncertain and not isinstance(exc, anyio.get_cancelled_exc_class()):
+        if uncertain:
             cause = request.final_error if request is not None and request.final_error is not None else exc
             raise UnknownEffectError(call.tool) from cause
     except (ReplayUnavailableError, UnknownEffectError) as error:
