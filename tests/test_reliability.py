@@ -86,6 +86,8 @@ LONG_CALLS = 2400
 SETTLE_SLACK_S = 5.0
 # A call that has not settled this long after its bound is stuck: stop it and report it.
 HANG_GUARD_S = 20.0
+# A caller who gives up during a 1 s Retry-After wait does so this far in.
+IN_WAIT_CANCEL_S = 0.4
 FD_SLACK = 4
 
 Policy = Literal["compatibility", "app-authorized"]
@@ -165,13 +167,14 @@ def seed_for(long_run: bool) -> int:
 class CallPlan:
     """One call: which tool, what the server does to each POST of it that reaches it, whether the
     proxy cuts its first attempt (before the server sees it, or after the server answered), and
-    whether the caller gives up after `cancel_after` seconds."""
+    whether the caller gives up: `in-wait` (0.4 s into the series' wait for a 1 s Retry-After),
+    `at-server` (once the server holds its POST, stalled 0.5 s)."""
 
     index: int  # unique in the whole run: it is the call's marker in its arguments
     kind: Kind
     faults: tuple[Fault, ...] = ()
     proxy_cut: Literal["before", "after"] | None = None
-    cancel_after: float | None = None
+    cancel: Literal["in-wait", "at-server"] | None = None
 
     @property
     def tool(self) -> str:
@@ -231,7 +234,12 @@ class ScheduleRule:
     def __init__(self, plans: Sequence[CallPlan]) -> None:
         self._plans = {plan_key(p): p for p in plans}
         self._seen: dict[tuple[str, str] | None, int] = {}
+        self._arrived = {plan_key(p): threading.Event() for p in plans}
         self._lock = threading.Lock()
+
+    def arrived(self, plan: CallPlan) -> threading.Event:
+        """Set once a POST of `plan`'s call reached the server."""
+        return self._arrived[plan_key(plan)]
 
     def __call__(self, ctx: FaultContext) -> Fault | None:
         if ctx.method != "tools/call":
@@ -243,6 +251,7 @@ class ScheduleRule:
         with self._lock:
             n = self._seen.get(key, 0)
             self._seen[key] = n + 1
+        self._arrived[key].set()
         return plan.faults[n] if n < len(plan.faults) else None
 
 
@@ -313,17 +322,15 @@ def _fault(rng: random.Random, policy: Policy, drops: bool, sequential: bool) ->
     return maker()
 
 
-def draw_plan(
-    rng: random.Random, index: int, policy: Policy, drops: bool, sequential: bool, mid_post_cancels: bool
-) -> CallPlan:
+def draw_plan(rng: random.Random, index: int, policy: Policy, drops: bool, sequential: bool) -> CallPlan:
     kind: Kind = rng.choices(KINDS, (4, 2, 2, 2))[0]
     roll = rng.random()
     if not sequential and roll < 0.06:
         # The caller gives up while the series waits out a 1 s Retry-After.
-        return CallPlan(index, kind, (Throttle("1"),), cancel_after=0.4)
-    if mid_post_cancels and not sequential and roll < 0.10:
-        # The caller gives up while its POST is still at the server.
-        return CallPlan(index, kind, (StallThenPass(0.5),), cancel_after=0.15)
+        return CallPlan(index, kind, (Throttle("1"),), cancel="in-wait")
+    if not sequential and roll < 0.10:
+        # The caller gives up while its POST is at the server.
+        return CallPlan(index, kind, (StallThenPass(0.5),), cancel="at-server")
     faults: list[Fault] = []
     for _ in range(rng.choice((0, 1, 1, 2, 3))):
         fault = _fault(rng, policy, drops, sequential)
@@ -336,9 +343,40 @@ def draw_plan(
     return CallPlan(index, kind, tuple(faults), proxy_cut=cut)
 
 
-def draw_rounds(
-    seed: int, total_calls: int, per_round: int, concurrency: int, *, mid_post_cancels: bool = False
-) -> list[Round]:
+def tour(rng: random.Random, first: int, policy: Policy, drops: bool, sequential: bool) -> list[CallPlan]:
+    """Every fault, cut and cancellation of the round's menu once, on a first attempt (each seed
+    covers them all; the random draws then mix them)."""
+    specs: list[
+        tuple[tuple[Fault, ...], Literal["before", "after"] | None, Literal["in-wait", "at-server"] | None]
+    ] = [
+        ((Throttle(None),), None, None),
+        ((Throttle("0"),), None, None),
+        ((Status(503),), None, None),
+        ((StallThenPass(0.1),), None, None),
+    ]
+    if not sequential:
+        specs += [
+            ((Throttle("1"),), None, None),
+            ((Throttle("1"),), None, "in-wait"),
+            ((StallThenPass(0.5),), None, "at-server"),
+        ]
+    if drops:
+        specs += [
+            ((DropBeforeExecution(),), None, None),
+            ((DropAfterExecution(reset=True),), None, None),
+            ((), "before", None),
+            ((), "after", None),
+        ]
+    if drops and policy == "app-authorized":
+        specs += [((DropMidBody(),), None, None), ((SseWithoutAnswer(run_tool=True),), None, None)]
+    plans = []
+    for i, (faults, cut, cancel) in enumerate(specs):
+        kind: Kind = rng.choice(("search", "charge-keyed", "send_email")) if cut else rng.choice(KINDS)
+        plans.append(CallPlan(first + i, kind, faults, proxy_cut=cut, cancel=cancel))
+    return plans
+
+
+def draw_rounds(seed: int, total_calls: int, per_round: int, concurrency: int) -> list[Round]:
     rng = random.Random(seed)
     # (policy, mode, drops): app-authorized takes every fault; compatibility runs the faults that
     # do not drop concurrently, and the dropping ones one call at a time.
@@ -360,8 +398,9 @@ def draw_rounds(
         sequential = policy == "compatibility" and drops
         size = max(5, per_round // 3) if sequential else per_round
         size = min(size, total_calls - index)
+        toured = tour(rng, index, policy, drops, sequential)[:size] if number < len(kinds) else []
         plans = tuple(
-            draw_plan(rng, index + i, policy, drops, sequential, mid_post_cancels) for i in range(size)
+            toured + [draw_plan(rng, index + i, policy, drops, sequential) for i in range(len(toured), size)]
         )
         budget_pick = rng.random()
         rounds.append(
@@ -421,14 +460,17 @@ class Rig:
         self.seed = seed
         self.url = proxy.url_for(server.url)
         self.stats = Stats()
+        self.rule = ScheduleRule(())
 
     def violation(self, rnd: Round, text: str, plan: CallPlan | None = None) -> None:
         where = f"seed {self.seed}, {rnd.describe()}"
         self.stats.violations.append(f"[{where}] {text}" + (f" :: {plan}" if plan else ""))
 
     def bound_s(self, rnd: Round, plan: CallPlan) -> float:
-        if plan.cancel_after is not None:
-            return plan.cancel_after + SETTLE_SLACK_S
+        if plan.cancel == "in-wait":
+            return IN_WAIT_CANCEL_S + SETTLE_SLACK_S
+        if plan.cancel == "at-server":
+            return plan.stall_s + SETTLE_SLACK_S
         return rnd.max_wait_ms / 1000 + plan.stall_s + SETTLE_SLACK_S
 
     async def call(self, client: Client, rnd: Round, plan: CallPlan, results: dict[int, CallResult]) -> None:
@@ -438,12 +480,21 @@ class Rig:
         outcome = "ok"
         try:
             with anyio.fail_after(self.bound_s(rnd, plan) + HANG_GUARD_S):
-                if plan.cancel_after is None:
+                if plan.cancel is None:
                     result = await client.call_tool(plan.tool, plan.arguments())
                 else:
                     result = None
-                    with anyio.move_on_after(plan.cancel_after) as scope:
-                        result = await client.call_tool(plan.tool, plan.arguments())
+                    error: Exception | None = None
+                    with anyio.CancelScope() as scope:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(self._give_up, plan, scope)
+                            try:
+                                result = await client.call_tool(plan.tool, plan.arguments())
+                            except Exception as exc:  # raised as is below, not in a task group's
+                                error = exc
+                            tg.cancel_scope.cancel()
+                    if error is not None:
+                        raise error
                     if scope.cancelled_caught:
                         outcome = "cancelled"
                 if result is not None and result.is_error:
@@ -467,10 +518,23 @@ class Rig:
             results[plan.index] = CallResult(outcome, time.monotonic() - started)
             self.stats.note(outcome)
 
+    async def _give_up(self, plan: CallPlan, scope: anyio.CancelScope) -> None:
+        """The caller gives up: 0.4 s in (in-wait), or once the server holds the POST (at-server)."""
+        if plan.cancel == "at-server":
+            arrived = self.rule.arrived(plan)
+            with anyio.move_on_after(5.0):
+                while not arrived.is_set():
+                    await anyio.sleep(0.005)
+            await anyio.sleep(0.05)
+        else:
+            await anyio.sleep(IN_WAIT_CANCEL_S)
+        scope.cancel()
+
     async def run(self, rnd: Round) -> None:
         server = self.server
         server.faults.clear()
-        server.faults.set_rule(ScheduleRule(rnd.plans))
+        self.rule = ScheduleRule(rnd.plans)
+        server.faults.set_rule(self.rule)
         self.instrument(
             servers=rnd.servers(self.url),
             max_attempts=rnd.max_attempts,
@@ -546,7 +610,7 @@ class Rig:
         stats.calls += len(plans)
         counters = self.server.counters
         # Let the server finish what it still runs (a stall, an answer the proxy drains).
-        stall = max([p.stall_s for p in plans] + [p.cancel_after or 0 for p in plans] + [0.0])
+        stall = max([p.stall_s for p in plans] + [IN_WAIT_CANCEL_S if p.cancel else 0.0 for p in plans])
         await anyio.sleep(0.15 + stall)
         # The Client closed: no socket of ours to the proxy is left open. (The proxy itself may
         # still drain the server's side of a connection it cut after the answer began, until the
@@ -582,6 +646,7 @@ class Rig:
             self.violation(rnd, f"{len(found)} records for {len(plans)} calls")
         seen: set[int] = set()
         unmapped_sent_one = 0
+        unmapped: list[str] = []
         for record in found:
             rid = str(record[t.JSONRPC_REQUEST_ID])
             sent = int(record[t.SENT])
@@ -596,6 +661,10 @@ class Rig:
                 if posts != 0 or sent > 1:
                     self.violation(rnd, f"record {rid} of no known call: sent {sent}, server POSTs {posts}")
                 unmapped_sent_one += sent
+                unmapped.append(
+                    f"{rid} {record[t.GEN_AI_TOOL_NAME]} sent {sent} effect {record[t.EFFECT]} "
+                    f"failures {record[t.ATTEMPTS_FAILURE]}"
+                )
                 continue
             if plan.index in seen:
                 self.violation(rnd, f"two records for one call (request id {rid})", plan)
@@ -610,10 +679,12 @@ class Rig:
             self._check_outcome(rnd, plan, record, results.get(plan.index))
         unseen_cut_before = [p for p in plans if p.proxy_cut == "before" and p.index not in seen]
         if unmapped_sent_one != len(unseen_cut_before):
+            unseen = [(p, results.get(p.index)) for p in plans if p.index not in seen]
             self.violation(
                 rnd,
                 f"{unmapped_sent_one} records sent once with no POST at the server, "
-                f"{len(unseen_cut_before)} calls cut before the server",
+                f"{len(unseen_cut_before)} calls cut before the server; records {unmapped}; "
+                f"calls with no POST {unseen}",
             )
 
         # The guard, on the server's own counts: a changes tool without a key runs (and is
@@ -630,7 +701,7 @@ class Rig:
             if result is None:
                 self.violation(rnd, "the call never ran", plan)
                 continue
-            if plan.cancel_after is None:
+            if plan.cancel is None:
                 over = result.duration_s - (rnd.max_wait_ms / 1000 + plan.stall_s)
                 self.stats.longest_over_s = max(self.stats.longest_over_s, over)
             if result.duration_s > self.bound_s(rnd, plan):
@@ -824,11 +895,9 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
 # instrument()/uninstrument() while calls run.
 
 
-async def run_cycles(
-    server: ServerHandle, telemetry: Telemetry, mode: str, cycles: int, *, changes_tool: bool
-) -> dict[str, int]:
-    """Calls run all along in a task group on one Client (search, and send_email when
-    `changes_tool`, the server refusing some with 429 or 503) while the main task turns the plugin
+async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycles: int) -> dict[str, int]:
+    """Calls run all along in a task group on one Client (search, and send_email: a changes tool
+    without a key; the server refusing some with 429 or 503) while the main task turns the plugin
     on and off `cycles` times. Any exception but an MCPError fails; the outcomes are returned."""
     seed = seed_for(long_run=False)
     rng = random.Random(seed)
@@ -851,7 +920,7 @@ async def run_cycles(
             while not stop.is_set():
                 i += 1
                 tool, arguments = "search", {"query": f"w{w}-{i}"}
-                if changes_tool and i % 3 == 0:
+                if i % 3 == 0:
                     tool, arguments = "send_email", {"to": f"w{w}-{i}@example.test", "body": "x"}
                 try:
                     result = await client.call_tool(tool, arguments)
@@ -907,6 +976,11 @@ async def test_a_hundred_instrument_uninstrument_cycles_while_calls_run(
     """No crash and no exception but the faults' MCPErrors while the plugin is turned on and off
     100 times under running calls; afterwards every patched function is its original (`is`), the
     plugin holds no runtime, and calls still work and record nothing."""
-    outcomes = await run_cycles(server, telemetry, mode, 100, changes_tool=False)
+    outcomes = await run_cycles(server, telemetry, mode, 100)
     assert outcomes.get("ok", 0) > 20, outcomes
     assert set(outcomes) <= {"ok", "MCPError"}, outcomes
+    # The guard held whatever the plugin's state when a call began and when it was sent (a call
+    # begun while it was off and sent once it was on included).
+    sent = changes_tool_posts(server, "send_email")
+    assert len(sent) > 20, sent
+    assert max(sent.values()) == 1, {rid: n for rid, n in sent.items() if n > 1}
