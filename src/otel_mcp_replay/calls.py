@@ -180,16 +180,17 @@ class ToolRequest:
         self._open = None if self._open is current else self._open
         self.knowledge.note(outcome.effect)
         span = current.span
+        attributes: dict[str, str | int] = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         if outcome.status:
-            span.set_attribute(t.HTTP_STATUS_CODE, outcome.status)
+            attributes[t.HTTP_STATUS_CODE] = outcome.status
         if outcome.failure is not None:
-            span.set_attribute(t.FAILURE, outcome.failure)
+            attributes[t.FAILURE] = outcome.failure
             span.set_status(Status(StatusCode.ERROR))
-        span.set_attribute(t.EFFECT, outcome.effect)
         if current.declined is not None:
-            span.set_attribute(t.DECLINED, current.declined)
+            attributes[t.DECLINED] = current.declined
         if current.repeated:
-            span.set_attribute(t.WAIT_MS, current.wait_ms)
+            attributes[t.WAIT_MS] = current.wait_ms
+        span.set_attributes(attributes)
         span.end(end_time=outcome.ended_ns or None)
         permission = current.permission
         self.rows.append(
@@ -222,8 +223,7 @@ class CallState:
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> ToolRequest:
         self.request = ToolRequest(self, request_id, declaration, endpoint)
-        self.span.set_attribute(t.JSONRPC_REQUEST_ID, str(request_id))
-        self.span.set_attribute(t.POLICY, declaration.policy)
+        self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
         return self.request
 
     def counted(

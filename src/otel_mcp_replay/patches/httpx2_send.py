@@ -9,6 +9,7 @@ flow run again for it. A response that will not be delivered is closed.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import weakref
@@ -115,11 +116,17 @@ def _is_this_call(call: CallState, body: dict[str, Any]) -> bool:
     return bound is None or bound.request_id == body["id"]
 
 
+@functools.lru_cache(maxsize=256)
+def _origin(url: str) -> str:
+    # Parsed once per endpoint, not per request: an app talks to a handful of endpoints.
+    return origin_of(url)
+
+
 def _rules(
     rt: _runtime.Runtime, declaration: Declaration, target: Target, request: httpx2.Request
 ) -> SeriesRules:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
-    endpoint_budget = rt.budgets.for_endpoint(origin_of(str(request.url)))
+    endpoint_budget = rt.budgets.for_endpoint(_origin(str(request.url)))
     return SeriesRules(declaration, target, rt.settings, endpoint_budget, rt.fail_closed, rt.rng)
 
 
@@ -139,7 +146,7 @@ async def _tool_series(
 ) -> httpx2.Response:
     tool_request = call.request
     if tool_request is None:
-        endpoint = declaration.label or origin_of(str(request.url))
+        endpoint = declaration.label or _origin(str(request.url))
         tool_request = call.bind(body["id"], declaration, endpoint)
     target: Target = target_of(body, declaration)
     if declaration.policy == "app-authorized" and not (sse or streamable):
