@@ -1,0 +1,191 @@
+"""2. The plugin's own CPU per call, in process, and where it goes.
+
+The same set-up as benchmark 1 (server in its own process, the OTel SDK as an app has it). Three
+arms alternate in blocks on one Client: plain; instrumented with the SDK's tracer and meter
+providers (what a user runs); instrumented with no-op providers (the plugin's own logic without the
+cost of the spans, events and metrics it hands the SDK). CPU is `time.process_time()` over a block
+(all threads of this process, so the BatchSpanProcessor's worker counts too) divided by its calls;
+the plugin's CPU per call is instrumented minus plain.
+
+Then a cProfile of each arm (timer: process CPU time, so waiting on the socket is not counted): the
+top 15 entries of otel_mcp_replay by cumulative time, and the extra CPU of the instrumented arm over
+the plain one by package. cProfile slows Python code several-fold: read its figures as shares.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+from collections import defaultdict
+from typing import Any
+
+import anyio
+from mcp import Client
+from opentelemetry import trace
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import NoOpTracerProvider
+
+from benchmarks._common import NoopExporter, Section, declared, median, section_main, server_process
+from otel_mcp_replay import McpReplayInstrumentor
+
+ARMS = ("plain", "instrumented", "instrumented, no-op telemetry")
+
+
+def run(quick: bool) -> Section:
+    return anyio.run(_run, quick)
+
+
+async def _run(quick: bool) -> Section:
+    rounds, per_block, profiled = (2, 80, 100) if quick else (8, 200, 600)
+    section = Section("2. The plugin's CPU per call (in process)")
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(NoopExporter()))
+    trace.set_tracer_provider(tracer_provider)
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    plugin = McpReplayInstrumentor()
+    with server_process() as url:
+        providers: dict[str, dict[str, Any]] = {
+            ARMS[1]: {"tracer_provider": tracer_provider, "meter_provider": meter_provider},
+            ARMS[2]: {"tracer_provider": NoOpTracerProvider(), "meter_provider": NoOpMeterProvider()},
+        }
+
+        def switch(arm: str) -> None:
+            if plugin.is_instrumented_by_opentelemetry:
+                plugin.uninstrument()
+            if arm != ARMS[0]:
+                plugin.instrument(servers=declared(url), **providers[arm])
+
+        cpu: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        wall: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        profiles: dict[str, pstats.Stats] = {}
+        try:
+            async with Client(url) as client:
+                for arm in ARMS:  # warm-up
+                    switch(arm)
+                    await _calls(client, per_block)
+                for _ in range(rounds):
+                    for arm in ARMS:
+                        switch(arm)
+                        started_cpu, started = time.process_time(), time.perf_counter()
+                        await _calls(client, per_block)
+                        cpu[arm].append((time.process_time() - started_cpu) / per_block * 1e6)
+                        wall[arm].append((time.perf_counter() - started) / per_block * 1e6)
+                for arm in ARMS[:2]:
+                    switch(arm)
+                    profiler = cProfile.Profile(time.process_time)
+                    profiler.enable()
+                    await _calls(client, profiled)
+                    profiler.disable()
+                    profiles[arm] = pstats.Stats(profiler)
+        finally:
+            if plugin.is_instrumented_by_opentelemetry:
+                plugin.uninstrument()
+    tracer_provider.shutdown()
+
+    plain = median(cpu[ARMS[0]])
+    for arm in ARMS:
+        section.add(
+            f"CPU per call, {arm} (median of {rounds} blocks)",
+            f"{median(cpu[arm]):.0f} us (wall {median(wall[arm]):.0f} us)",
+        )
+    section.add("plugin CPU per call (instrumented - plain)", f"{median(cpu[ARMS[1]]) - plain:.0f} us")
+    section.add(
+        "  of which the plugin's own logic (no-op telemetry - plain)",
+        f"{median(cpu[ARMS[2]]) - plain:.0f} us",
+    )
+    section.add(
+        "  of which the SDK's spans, events, metrics (instrumented - no-op)",
+        f"{median(cpu[ARMS[1]]) - median(cpu[ARMS[2]]):.0f} us",
+    )
+    section.notes.append(
+        f"{rounds} rounds of {per_block} calls per arm, arms interleaved; "
+        f"cProfile over {profiled} calls per arm."
+    )
+    section.details = _profile_tables(profiles, profiled)
+    return section
+
+
+async def _calls(client: Client, calls: int) -> None:
+    for i in range(calls):
+        await client.call_tool("search", {"query": f"q{i}"})
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "/src/", "/lib/python3"):
+        if marker in filename:
+            filename = filename.split(marker, 1)[1]
+    return filename
+
+
+def _profile_tables(profiles: dict[str, pstats.Stats], calls: int) -> str:
+    instrumented = profiles[ARMS[1]]
+    stats: dict[Any, Any] = instrumented.stats  # type: ignore[attr-defined]
+    ours = [
+        (value[3], value[2], value[1], key)
+        for key, value in stats.items()
+        if "otel_mcp_replay" in key[0] and "/demo/" not in key[0]
+    ]
+    ours.sort(key=lambda row: row[0], reverse=True)
+    lines = [
+        "Profile of the instrumented arm: top 15 of otel_mcp_replay by cumulative time "
+        f"(process CPU under cProfile, per call, {calls} calls; a wrapper's cumulative time includes "
+        "the mcp/httpx2 code it wraps):",
+        "",
+        "| cumulative us/call | own us/call | calls/call | function |",
+        "| --- | --- | --- | --- |",
+    ]
+    for cumulative, own, ncalls, key in ours[:15]:
+        lines.append(
+            f"| {cumulative / calls * 1e6:.1f} | {own / calls * 1e6:.1f} | {ncalls / calls:.1f} "
+            f"| {_short(key[0])}:{key[1]} {key[2]} |"
+        )
+    ours.sort(key=lambda row: row[1], reverse=True)
+    lines += [
+        "",
+        "The same profile, top 10 of otel_mcp_replay by own time (excluding what it calls):",
+        "",
+        "| own us/call | calls/call | function |",
+        "| --- | --- | --- |",
+    ]
+    for _, own, ncalls, key in ours[:10]:
+        lines.append(
+            f"| {own / calls * 1e6:.1f} | {ncalls / calls:.1f} | {_short(key[0])}:{key[1]} {key[2]} |"
+        )
+    plain: dict[Any, Any] = profiles[ARMS[0]].stats  # type: ignore[attr-defined]
+    by_package: dict[str, float] = defaultdict(float)
+    for key in set(stats) | set(plain):
+        extra = stats.get(key, (0, 0, 0.0))[2] - plain.get(key, (0, 0, 0.0))[2]
+        by_package[_package(key[0])] += extra
+    total = sum(by_package.values())
+    lines += [
+        "",
+        "Where the instrumented arm's extra CPU goes, by package (own time under cProfile, "
+        "instrumented minus plain; the shares, not the absolute figures, carry over to runs "
+        "without the profiler):",
+        "",
+        "| package | extra us/call (profiled) | share |",
+        "| --- | --- | --- |",
+    ]
+    for package, extra in sorted(by_package.items(), key=lambda item: -item[1])[:8]:
+        lines.append(f"| {package} | {extra / calls * 1e6:.0f} | {extra / total:.0%} |")
+    lines.append(f"| total | {total / calls * 1e6:.0f} | 100% |")
+    return "\n".join(lines)
+
+
+def _package(filename: str) -> str:
+    if "otel_mcp_replay" in filename:
+        return "otel_mcp_replay"
+    if filename == "~":
+        return "C functions (builtins, extension methods)"
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1].split("/", 1)[0]
+    return "stdlib (asyncio, json, ...)"
+
+
+if __name__ == "__main__":
+    raise SystemExit(section_main(run))

@@ -1,0 +1,129 @@
+"""5. The redaction processor per span, and the record allow-list it enforces.
+
+Spans are made once by the SDK (a call span as the plugin makes it: four attributes, and for the
+full case one `mcp.tool.request_attempts` event whose 100-row record comes from
+record.build_record, added with span.add_event as the plugin does) and then handed to
+`RedactingSpanProcessor(SimpleSpanProcessor(exporter that drops spans))`.on_end again and again.
+The processor's own cost is that minus the inner SimpleSpanProcessor's alone (also measured).
+
+Figures are per call, from many short runs (the median; min in brackets): a burst of the
+machine's background load spoils a few runs, not the figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from benchmarks._common import NoopExporter, Section, median, per_op_us, section_main
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.record import AttemptRow, build_record, validate_record
+from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
+
+TARGET_US = 15.0
+CALL_ATTRIBUTES = {
+    t.MCP_METHOD_NAME: "tools/call",
+    t.GEN_AI_TOOL_NAME: "search",
+    t.JSONRPC_REQUEST_ID: "7",
+    t.POLICY: "app-authorized",
+}
+
+
+def rows(n: int) -> list[AttemptRow]:
+    listed = [AttemptRow(429, "throttle", "unknown", "first" if i == 0 else "app", 250 + i) for i in range(n)]
+    if listed:
+        listed[-1] = AttemptRow(200, "", "applied", "app", 0)
+    return listed
+
+
+def record(n: int) -> dict[str, Any]:
+    return build_record(
+        policy="app-authorized",
+        sent=n,
+        effect="applied",
+        verdict="completed",
+        may_have_run=False,
+        endpoint="billing",
+        tool="search",
+        request_id="7",
+        rows=rows(n),
+    )
+
+
+def ended_span(with_record_rows: int | None) -> ReadableSpan:
+    tracer = TracerProvider().get_tracer("benchmark")
+    span = tracer.start_span("tools/call search", attributes=CALL_ATTRIBUTES)
+    if with_record_rows is not None:
+        span.add_event(t.RECORD_EVENT, record(with_record_rows))
+    span.end()
+    return span  # type: ignore[return-value]
+
+
+def run(quick: bool) -> Section:
+    runs, loops = (60, 50) if quick else (400, 100)
+    section = Section("5. Redaction processor per span (and the record allow-list)")
+    full, small, bare = ended_span(t.MAX_RECORD_ROWS), ended_span(3), ended_span(None)
+    inner = SimpleSpanProcessor(NoopExporter())
+    processor = RedactingSpanProcessor(
+        SimpleSpanProcessor(NoopExporter()), RedactionRules(), on_refused=lambda: None
+    )
+    full_record = record(t.MAX_RECORD_ROWS)
+    event_attributes = full.events[0].attributes
+
+    def measure(fn: Callable[[], object]) -> tuple[float, float]:
+        fn()
+        samples = per_op_us(fn, runs=runs, loops=loops)
+        return median(samples), min(samples)
+
+    inner_us = measure(lambda: inner.on_end(full))
+    full_us = measure(lambda: processor.on_end(full))
+    small_us = measure(lambda: processor.on_end(small))
+    bare_us = measure(lambda: processor.on_end(bare))
+    own_full = full_us[0] - inner_us[0]
+    section.add(
+        "on_end, span with a full 100-row record",
+        _us(full_us),
+        f"<= {TARGET_US:.0f} us",
+        full_us[0] <= TARGET_US,
+    )
+    section.add("  the redaction's own share (minus the inner SimpleSpanProcessor)", f"{own_full:.1f} us",
+                f"<= {TARGET_US:.0f} us", own_full <= TARGET_US)  # fmt: skip
+    section.add("on_end, span with a 3-row record", _us(small_us))
+    section.add("on_end, span without a record", _us(bare_us))
+    section.add("inner SimpleSpanProcessor(drop) alone", _us(inner_us))
+    validated = measure(lambda: validate_record(event_attributes))
+    section.add("validate_record, 100 rows (event attributes)", _us(validated))
+    section.add("validate_record, 100 rows (plain dict)", _us(measure(lambda: validate_record(full_record))))
+    for n in (1, t.MAX_RECORD_ROWS):
+        listed = rows(n)
+        section.add(
+            f"build_record, {n} row{'s' if n > 1 else ''}",
+            _us(measure(lambda listed=listed: _build(listed))),  # type: ignore[misc]
+        )
+    section.notes.append(f"{runs} runs of {loops} calls each per figure: median (min).")
+    return section
+
+
+def _build(listed: list[AttemptRow]) -> dict[str, Any]:
+    return build_record(
+        policy="app-authorized",
+        sent=len(listed),
+        effect="applied",
+        verdict="completed",
+        may_have_run=False,
+        endpoint="billing",
+        tool="search",
+        request_id="7",
+        rows=listed,
+    )
+
+
+def _us(figure: tuple[float, float]) -> str:
+    return f"{figure[0]:.1f} us ({figure[1]:.1f})"
+
+
+if __name__ == "__main__":
+    raise SystemExit(section_main(run))
