@@ -81,11 +81,14 @@ def _count(value: object) -> bool:
     return type(value) is int and 0 <= value <= _INT64_MAX
 
 
-# -- the columns: each check is a pass in C over the cells, never a call into one ----------------
+# -- the columns ----------------------------------------------------------------------------------
+# A short column is checked cell by cell, type first. A long one in a few passes in C over all its
+# cells: that no cell is an object of a Python class (so nothing below can call into one), that
+# every cell is exactly of the column's type, then the values.
 
 _STATUSES: Final = frozenset((0, *range(100, 1000)))  # 0: no response; else a three-digit status
 _UINT64: Final[dict[int, struct.Struct]] = {}  # by row count (at most MAX_RECORD_ROWS entries)
-_FEW: Final = 8  # columns this short are looked at cell by cell
+_FEW: Final = 8  # columns up to this long are checked cell by cell
 
 
 def _exactly(kind: type, cells: tuple[object, ...]) -> bool:
@@ -94,18 +97,27 @@ def _exactly(kind: type, cells: tuple[object, ...]) -> bool:
     gc.get_referents(*cells) is empty only when no cell is an object of a class written in Python
     (such an object refers to its class) and none is a container. Only then are the cells' classes
     compared with `kind`: classes written in C, compared by the interpreter without a call into them.
-    A few cells are cheaper to look at one by one (the common record has one to three rows).
     """
+    return not _referents(*cells) and countOf(map(type, cells), kind) == len(cells)
+
+
+def _statuses(cells: tuple[object, ...]) -> bool:
+    """Exact ints, each 0 or 100..999."""
     if len(cells) <= _FEW:
         for cell in cells:  # noqa: SIM110 (a loop: no generator to set up for a few cells)
-            if type(cell) is not kind:
+            if type(cell) is not int or not (cell == 0 or 100 <= cell <= 999):
                 return False
         return True
-    return not _referents(*cells) and countOf(map(type, cells), kind) == len(cells)
+    return _exactly(int, cells) and set(cells) <= _STATUSES  # exact ints: the interpreter hashes
 
 
 def _counts(cells: tuple[object, ...]) -> bool:
     """Exact ints in 0..2**63-1 (OTLP's int64)."""
+    if len(cells) <= _FEW:
+        for cell in cells:  # noqa: SIM110 (a loop: no generator to set up for a few cells)
+            if not _count(cell):
+                return False
+        return True
     if not _exactly(int, cells):
         return False
     packer = _UINT64.get(len(cells))
@@ -119,10 +131,6 @@ def _counts(cells: tuple[object, ...]) -> bool:
     return packed[7::8].isascii()
 
 
-def _statuses(cells: tuple[object, ...]) -> bool:
-    return _exactly(int, cells) and set(cells) <= _STATUSES  # exact ints: the interpreter hashes
-
-
 class _Words:
     """Exact str cells, each in `words` (types first: only exact str is hashed and compared)."""
 
@@ -132,6 +140,11 @@ class _Words:
         self.words = words
 
     def __call__(self, cells: tuple[object, ...]) -> bool:
+        if len(cells) <= _FEW:
+            for cell in cells:  # noqa: SIM110 (a loop: no generator to set up for a few cells)
+                if type(cell) is not str or cell not in self.words:
+                    return False
+            return True
         return _exactly(str, cells) and self.words.issuperset(cells)
 
 
