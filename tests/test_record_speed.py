@@ -20,14 +20,14 @@ from otel_mcp_replay.record import AttemptRow, build_record, record_refusal, val
 ROWS = t.MAX_RECORD_ROWS
 
 
-def full_record() -> dict[str, Any]:
+def full_record(size: int = ROWS) -> dict[str, Any]:
     rows = [
-        AttemptRow(429, "throttle", "unknown", "first" if i == 0 else "app", 1000 + i) for i in range(ROWS)
+        AttemptRow(429, "throttle", "unknown", "first" if i == 0 else "app", 1000 + i) for i in range(size)
     ]
     rows[-1] = AttemptRow(200, "", "applied", "app", 0)
     return build_record(
         policy="app-authorized",
-        sent=ROWS,
+        sent=size,
         effect="applied",
         verdict="completed",
         may_have_run=False,
@@ -105,13 +105,19 @@ BAD_CELLS: dict[str, list[Any]] = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("position", [0, 1, ROWS // 2, ROWS - 2, ROWS - 1])
+# Short columns are checked cell by cell, long ones (more than 8 cells) in passes over all of them.
+SIZES_AND_POSITIONS = [(1, 0), (8, 0), (8, 7), (9, 0), (9, 4), (9, 8)] + [
+    (ROWS, position) for position in (0, 1, ROWS // 2, ROWS - 2, ROWS - 1)
+]
+
+
+@pytest.mark.parametrize(("size", "position"), SIZES_AND_POSITIONS)
 @pytest.mark.parametrize(("key", "bad"), [(k, v) for k, vs in BAD_CELLS.items() for v in vs])
-def test_a_bad_cell_anywhere_in_a_full_record_refuses_it_and_runs_nothing(
-    key: str, bad: Any, position: int
+def test_a_bad_cell_anywhere_in_a_record_of_any_size_refuses_it_and_runs_nothing(
+    key: str, bad: Any, size: int, position: int
 ) -> None:
     Tripwire.calls.clear()
-    record = full_record()
+    record = full_record(size)
     cells = list(record[key])
     cells[position] = bad
     record[key] = tuple(cells)
