@@ -31,6 +31,7 @@ from otel_mcp_replay.demo.faults import (
     DropBeforeExecution,
     DropMidBody,
     SseWithoutAnswer,
+    StallThenPass,
     Status,
     Throttle,
     http_date,
@@ -527,3 +528,56 @@ async def test_a_tcp_cut_before_or_after_the_tool_ran(
         assert failed[t.ATTEMPTS_EFFECT] == ("unknown",)
         assert failed[t.MAY_HAVE_RUN] is True
         assert proxy.cuts == 1
+
+
+async def test_a_call_given_up_before_its_post_left_files_nothing_sent(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    instrument(servers=strict(server, {}))
+    async with Client(server.url, mode=mode) as client:
+        with anyio.move_on_after(0):
+            await client.call_tool("send_email", {"to": "a@example.test", "body": "hi"})
+        await anyio.sleep(0.3)
+    assert server.counters.tool_posts("send_email") == 0
+    record = the_record(telemetry)
+    assert record[t.SENT] == 0
+    assert record[t.EFFECT] == "none"
+    assert record[t.ATTEMPTS_STATUS] == ()
+    assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is False
+
+
+@pytest.mark.parametrize("policy", ["compatibility", "app-authorized"])
+async def test_a_call_given_up_while_the_server_holds_its_post_files_the_attempt_it_sent(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str, policy: str
+) -> None:
+    instrument(servers={server.url: {"policy": policy, "tools": {}}})
+    server.faults.add("send_email", StallThenPass(0.6))
+    async with Client(server.url, mode=mode) as client:
+        with anyio.move_on_after(0.2):
+            await client.call_tool("send_email", {"to": "a@example.test", "body": "hi"})
+        await anyio.sleep(1.0)  # the server ran it
+    record = the_record(telemetry)
+    assert server.counters.posts(record[t.JSONRPC_REQUEST_ID]) == 1
+    assert server.counters.executions("send_email") == 1
+    assert record[t.SENT] == 1
+    assert record[t.EFFECT] == "unknown"  # sent without an answer: `none` is only never-sent
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown",)
+    assert record[t.MAY_HAVE_RUN] is False  # the caller saw its own cancel, not UnknownEffectError
+    assert len(attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])) == 1  # its span ended
+
+
+async def test_a_tools_call_sent_outside_call_tool_keeps_the_side_effect_guard(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    import mcp_types as types
+
+    instrument(servers=strict(server, {"send_email": {"changes": True, "on": ["throttle"]}}))
+    server.faults.add("send_email", Throttle("0"))
+    async with Client(server.url, mode="legacy") as client:
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name="send_email", arguments={"to": "a", "body": "b"})
+        )
+        with pytest.raises(MCPError):
+            await client.session.send_request(request, types.CallToolResult)
+    assert server.counters.tool_posts("send_email") == 1  # never repeated as if it were `initialize`
+    assert records(telemetry) == []  # outside call_tool nothing is recorded

@@ -18,7 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.law import CallVerdict, Effect, FailureKind, Permission, RequestFacts, SeriesKnowledge
 from otel_mcp_replay.ledger import Answer
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
@@ -256,7 +256,9 @@ class CallState:
     def file(self, verdict: CallVerdict, may_have_run: bool) -> None:
         """Settle the call and add its one record to its span."""
         request = self.request
-        if request is None:
+        if request is None and self.local_request_id is None and verdict == "failed":
+            request = self._unsent_request()  # given up before anything we saw was sent
+        elif request is None:
             request = self._local_request(verdict)
         else:
             request.settle_open()
@@ -283,10 +285,14 @@ class CallState:
             1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: request.declaration.policy}
         )
 
+    def _unsent_request(self) -> ToolRequest:
+        """A call that failed before any request of it was seen leaving: nothing sent, effect none."""
+        request = ToolRequest(self, "unknown", COMPATIBILITY, "unknown")
+        self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: COMPATIBILITY.policy})
+        return request
+
     def _local_request(self, verdict: CallVerdict) -> ToolRequest:
         """A call that sent no HTTP (stdio, in-process): one attempt, never repeated, as it ran."""
-        from otel_mcp_replay.declaration import COMPATIBILITY
-
         request_id = self.local_request_id if self.local_request_id is not None else "unknown"
         request = ToolRequest(self, request_id, COMPATIBILITY, "local")
         self.span.set_attribute(t.JSONRPC_REQUEST_ID, str(request_id))
