@@ -533,13 +533,15 @@ async def test_a_tcp_cut_before_or_after_the_tool_ran(
 async def test_a_call_given_up_before_its_post_left_files_nothing_sent(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=strict(server, {}))
+    instrument(servers=strict(server, {}, label="billing"))
     async with Client(server.url, mode=mode) as client:
+        await client.call_tool("search", {"query": "first"})  # the session's endpoint is now known
         with anyio.move_on_after(0):
             await client.call_tool("send_email", {"to": "a@example.test", "body": "hi"})
         await anyio.sleep(0.3)
     assert server.counters.tool_posts("send_email") == 0
-    record = the_record(telemetry)
+    record = records(telemetry)[1]
+    assert (record[t.POLICY], record[t.ENDPOINT]) == ("app-authorized", "billing")
     assert record[t.SENT] == 0
     assert record[t.EFFECT] == "none"
     assert record[t.ATTEMPTS_STATUS] == ()

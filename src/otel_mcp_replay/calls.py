@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import anyio
@@ -24,6 +25,10 @@ from otel_mcp_replay.ledger import Answer
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
 from otel_mcp_replay.runtime import Runtime, count_refused
 from otel_mcp_replay.series import Outcome
+
+# What each session's sent calls were declared under: a call given up before it was sent files
+# its record under the same policy and endpoint. Weak: a session gone is forgotten.
+SESSION_ENDPOINTS: weakref.WeakKeyDictionary[object, tuple[Declaration, str]] = weakref.WeakKeyDictionary()
 
 # The call in progress in this context: set by the call_tool patch, read by the httpx2 patch.
 CURRENT_CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar(
@@ -219,10 +224,13 @@ class CallState:
     scope: anyio.CancelScope | None = None
     unavailable: bool = False
     local_request_id: object = None  # the id a non-HTTP transport (stdio) sent the call under
+    session: object = None  # the ClientSession the call was made on
     failed_without_answer: BaseException | None = None
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> ToolRequest:
         self.request = ToolRequest(self, request_id, declaration, endpoint)
+        if self.session is not None:
+            SESSION_ENDPOINTS[self.session] = (declaration, endpoint)
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
         return self.request
 
@@ -287,8 +295,10 @@ class CallState:
 
     def _unsent_request(self) -> ToolRequest:
         """A call that failed before any request of it was seen leaving: nothing sent, effect none."""
-        request = ToolRequest(self, "unknown", COMPATIBILITY, "unknown")
-        self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: COMPATIBILITY.policy})
+        known = SESSION_ENDPOINTS.get(self.session) if self.session is not None else None
+        declaration, endpoint = known if known is not None else (COMPATIBILITY, "unknown")
+        request = ToolRequest(self, "unknown", declaration, endpoint)
+        self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: declaration.policy})
         return request
 
     def _local_request(self, verdict: CallVerdict) -> ToolRequest:

@@ -37,7 +37,9 @@ async def call_tool(
         attributes={t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: name},
     )
     span_context = trace.set_span_in_context(span)
-    call = CallState(runtime=rt, tool=name, span=span, context=span_context, given_up=anyio.Event())
+    call = CallState(
+        runtime=rt, tool=name, span=span, context=span_context, given_up=anyio.Event(), session=instance
+    )
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(span_context)
     try:
