@@ -8,7 +8,8 @@ BatchSpanProcessor(RedactingSpanExporter(exporter that drops spans)), an SDK Met
 
 RSS (VmRSS) is read after a warm-up and after the run, each time after the span queue is flushed and
 gc.collect(). Then: the SSE ledger map empty, no CallState or ToolRequest alive, the retry budget
-map and the redaction caches within their bounds, no task or file descriptor left over.
+map and the redaction caches within their bounds, and once the Client has closed, no task or file
+descriptor more than before it opened.
 """
 
 from __future__ import annotations
@@ -59,18 +60,16 @@ async def _run(quick: bool) -> Section:
         providers = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
         plugin.instrument(servers=declared(url), **providers)
         try:
+            tasks_before, fds_before = len(asyncio.all_tasks()), _fds()  # before the Client opens
             async with Client(url) as client:
                 await _calls(client, warmup, outcomes)
                 before = _settle(processor)
-                tasks_before = len(asyncio.all_tasks())
-                fds_before = _fds()
                 started = time.monotonic()
                 outcomes.clear()
                 await _calls(client, calls, outcomes)
                 elapsed = time.monotonic() - started
                 after = _settle(processor)
-                tasks_after = len(asyncio.all_tasks())
-                fds_after = _fds()
+            tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
             rt = replay_runtime.current()
             budgets = len(rt.budgets) if rt is not None else -1
         finally:
@@ -103,7 +102,9 @@ async def _run(quick: bool) -> Section:
                 max(caches) <= 4096)  # fmt: skip
     leftovers = f"{tasks_before} -> {tasks_after}, {fds_before} -> {fds_after}"
     no_growth = tasks_after <= tasks_before and fds_after <= fds_before
-    section.add("asyncio tasks, open fds: before -> after", leftovers, "no growth", no_growth)
+    section.add(
+        "asyncio tasks, open fds: before the Client -> after it closed", leftovers, "no growth", no_growth
+    )
     section.add("spans exported (redacted, dropped by the exporter)", f"{exporter.spans:,}")
     tracer_provider.shutdown()
     return section
