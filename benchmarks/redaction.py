@@ -72,39 +72,50 @@ def run(quick: bool) -> Section:
     )
     full_record = record(t.MAX_RECORD_ROWS)
     event_attributes = full.events[0].attributes
-
-    def measure(fn: Callable[[], object]) -> tuple[float, float]:
-        fn()
-        samples = per_op_us(fn, runs=runs, loops=loops)
-        return median(samples), min(samples)
-
-    inner_us = measure(lambda: inner.on_end(full))
-    full_us = measure(lambda: processor.on_end(full))
-    small_us = measure(lambda: processor.on_end(small))
-    bare_us = measure(lambda: processor.on_end(bare))
-    own_full = full_us[0] - inner_us[0]
+    one_row, hundred_rows = rows(1), rows(t.MAX_RECORD_ROWS)
+    figures: dict[str, Callable[[], object]] = {
+        "full": lambda: processor.on_end(full),
+        "small": lambda: processor.on_end(small),
+        "bare": lambda: processor.on_end(bare),
+        "inner": lambda: inner.on_end(full),
+        "validate event": lambda: validate_record(event_attributes),
+        "validate dict": lambda: validate_record(full_record),
+        "build 1": lambda: _build(one_row),
+        "build 100": lambda: _build(hundred_rows),
+    }
+    samples = _interleaved(figures, runs, loops)
+    us = {name: (median(values), min(values)) for name, values in samples.items()}
+    own_full = us["full"][0] - us["inner"][0]
     section.add(
         "on_end, span with a full 100-row record",
-        _us(full_us),
+        _us(us["full"]),
         f"<= {TARGET_US:.0f} us",
-        full_us[0] <= TARGET_US,
+        us["full"][0] <= TARGET_US,
     )
     section.add("  the redaction's own share (minus the inner SimpleSpanProcessor)", f"{own_full:.1f} us",
                 f"<= {TARGET_US:.0f} us", own_full <= TARGET_US)  # fmt: skip
-    section.add("on_end, span with a 3-row record", _us(small_us))
-    section.add("on_end, span without a record", _us(bare_us))
-    section.add("inner SimpleSpanProcessor(drop) alone", _us(inner_us))
-    validated = measure(lambda: validate_record(event_attributes))
-    section.add("validate_record, 100 rows (event attributes)", _us(validated))
-    section.add("validate_record, 100 rows (plain dict)", _us(measure(lambda: validate_record(full_record))))
-    for n in (1, t.MAX_RECORD_ROWS):
-        listed = rows(n)
-        section.add(
-            f"build_record, {n} row{'s' if n > 1 else ''}",
-            _us(measure(lambda listed=listed: _build(listed))),  # type: ignore[misc]
-        )
-    section.notes.append(f"{runs} runs of {loops} calls each per figure: median (min).")
+    section.add("on_end, span with a 3-row record", _us(us["small"]))
+    section.add("on_end, span without a record", _us(us["bare"]))
+    section.add("inner SimpleSpanProcessor(drop) alone", _us(us["inner"]))
+    section.add("validate_record, 100 rows (event attributes)", _us(us["validate event"]))
+    section.add("validate_record, 100 rows (plain dict)", _us(us["validate dict"]))
+    section.add("build_record, 1 row", _us(us["build 1"]))
+    section.add("build_record, 100 rows", _us(us["build 100"]))
+    section.notes.append(
+        f"{runs} rounds; in each, every figure gets one run of {loops} calls (interleaved, so a burst of "
+        "background load lands on all figures alike): median (min) over the rounds."
+    )
     return section
+
+
+def _interleaved(figures: dict[str, Callable[[], object]], runs: int, loops: int) -> dict[str, list[float]]:
+    for fn in figures.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in figures}
+    for _ in range(runs):
+        for name, fn in figures.items():
+            samples[name].extend(per_op_us(fn, runs=1, loops=loops))
+    return samples
 
 
 def _build(listed: list[AttemptRow]) -> dict[str, Any]:
