@@ -583,3 +583,18 @@ async def test_a_tools_call_sent_outside_call_tool_keeps_the_side_effect_guard(
             await client.session.send_request(request, types.CallToolResult)
     assert server.counters.tool_posts("send_email") == 1  # never repeated as if it were `initialize`
     assert records(telemetry) == []  # outside call_tool nothing is recorded
+
+
+async def test_a_repeat_after_a_429_whose_stream_then_ends_without_the_answer_may_have_run(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The delivered attempt decides "accepted without an answer", not an earlier refused one."""
+    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"), SseWithoutAnswer(run_tool=True))
+    async with Client(server.url, mode="legacy") as client:
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+            await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (429, 200)
+    assert record[t.ATTEMPTS_FAILURE] == ("throttle", "network")
+    assert record[t.MAY_HAVE_RUN] is True

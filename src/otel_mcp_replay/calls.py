@@ -114,14 +114,12 @@ class ToolRequest:
             return
         current.outcome, current.wait_ms, current.declined = outcome, wait_ms, declined
         current.repeated = outcome.failure is not None and declined is None
+        if not current.repeated and outcome.status:  # the attempt the SDK was handed
+            self.facts.delivered_status(outcome.status)
         if outcome.effect is None:  # delivered; the answer is still to come on a stream
-            if declined is None and wait_ms == 0:
-                self.facts.delivered_status(outcome.status)
             if self._early_answer is not None:
                 self.answered(self._early_answer)
             return
-        if (declined is not None or wait_ms == 0) and outcome.status:
-            self.facts.delivered_status(outcome.status)
         self._finish(current)
 
     def cut_short(self) -> None:
