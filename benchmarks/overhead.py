@@ -32,6 +32,7 @@ from otel_mcp_replay import McpReplayInstrumentor
 
 TARGET_P50 = 1.03
 TARGET_P99 = 1.10
+SETTLE = 5  # calls after each switch, not counted
 
 
 def run(quick: bool) -> Section:
@@ -67,7 +68,8 @@ async def _run(quick: bool) -> Section:
             _report(section, label, latencies)
     tracer_provider.shutdown()
     section.notes.append(
-        f"{blocks} blocks of {per_block} calls per arm, alternating, after {warmup} warm-up calls per arm; "
+        f"{blocks} blocks of {per_block} calls per arm, alternating (each after {SETTLE} uncounted calls), "
+        f"after {warmup} warm-up calls per arm; "
         "p50/p99 over all calls of an arm; the same Client and session serve both arms of a pair; "
         "declaration: app-authorized, search repeated on throttle and network (the path a declared "
         "tool takes); spans to BatchSpanProcessor(exporter that drops them)."
@@ -102,6 +104,7 @@ async def _pair(
         for index in range(blocks * 2):
             arm = "plain" if index % 2 == 0 else "instrumented"
             switch(arm)
+            await _block(client, SETTLE)  # not counted: the first calls after a switch fill caches
             gc.collect()  # each block starts from the same heap state, whatever the previous one left
             arms[arm].append(await _block(client, per_block))
     switch("plain")
