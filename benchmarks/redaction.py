@@ -40,17 +40,7 @@ def rows(n: int) -> list[AttemptRow]:
 
 
 def record(n: int) -> dict[str, Any]:
-    return build_record(
-        policy="app-authorized",
-        sent=n,
-        effect="applied",
-        verdict="completed",
-        may_have_run=False,
-        endpoint="billing",
-        tool="search",
-        request_id="7",
-        rows=rows(n),
-    )
+    return _build(rows(n))
 
 
 def ended_span(with_record_rows: int | None) -> ReadableSpan:

@@ -203,10 +203,6 @@ def sse_server() -> Iterator[ServerHandle]:
         yield handle
 
 
-async def _sse_session(url: str) -> Any:
-    return sse_client(url)
-
-
 async def test_sse_transport_repeats_a_429_and_records_the_answer(
     sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:

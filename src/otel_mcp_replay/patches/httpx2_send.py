@@ -252,9 +252,7 @@ async def _read_answer(response: httpx2.Response, outcome: Outcome, tool_request
         and not encoded
         and isinstance(response.stream, httpx2.AsyncByteStream)
     ):
-        response.stream = AnswerWatch(
-            response.stream, _answer_for(tool_request), tool_request_end(tool_request)
-        )
+        response.stream = AnswerWatch(response.stream, _answer_for(tool_request), _end_for(tool_request))
     else:
         outcome.failure, outcome.effect = "error", "unknown"
 
@@ -267,7 +265,7 @@ def _answer_for(tool_request: ToolRequest) -> Callable[[object, Any], None]:
     return on_answer
 
 
-def tool_request_end(tool_request: ToolRequest) -> Callable[[BaseException | None], None]:
+def _end_for(tool_request: ToolRequest) -> Callable[[BaseException | None], None]:
     def on_end(error: BaseException | None) -> None:
         tool_request.stream_ended(error if isinstance(error, httpx2.TransportError) else None)
 
@@ -371,7 +369,3 @@ def _watch_sse_get(client: httpx2.AsyncClient, response: httpx2.Response) -> htt
     if event_stream and isinstance(response.stream, httpx2.AsyncByteStream):
         response.stream = AnswerWatch(response.stream, on_answer, on_end)
     return response
-
-
-def forget_sse_request(client_id: int, request_id: object) -> None:
-    SSE_WAITING.pop((client_id, request_id), None)
