@@ -17,12 +17,13 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.law import CallVerdict, Effect, FailureKind, Permission, RequestFacts, SeriesKnowledge
 from otel_mcp_replay.ledger import Answer
-from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
+from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record, is_vouching, vouch
 from otel_mcp_replay.runtime import Runtime, count_refused
 from otel_mcp_replay.series import Outcome
 
@@ -208,6 +209,15 @@ class ToolRequest:
         self.call.counted(outcome.failure, permission, current.declined, current.wait_ms, current.repeated)
 
 
+def file_record(span: Span, record: dict[str, AttributeValue]) -> None:
+    """Add build_record's `record` to the call's span, vouched for as stored (see record.vouch)."""
+    span.add_event(t.RECORD_EVENT, record)
+    if is_vouching():
+        events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
+        if events:
+            vouch(events[-1].attributes, record)
+
+
 @dataclass(eq=False)
 class CallState:
     """One `call_tool`: its span, the request it sent, and how it can be given up."""
@@ -286,7 +296,7 @@ class CallState:
             self.span.add_event(t.RECORD_REFUSED_EVENT)
             count_refused()
         else:
-            self.span.add_event(t.RECORD_EVENT, record)
+            file_record(self.span, record)
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: request.declaration.policy}
         )

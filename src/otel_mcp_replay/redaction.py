@@ -6,7 +6,8 @@ whose redaction fails is dropped, never passed on raw.
 
 The rules, on every span, event and link attribute (and the span's status description):
 - any event named `mcp.tool.request_attempts`, whoever wrote it, must pass record.validate_record
-  (the allow-list); a record it refuses is replaced, whole, by an `mcp.tool.request_attempts.refused`
+  (the allow-list), or be the very record this library built, checked and vouched for (record.vouch);
+  a record it refuses is replaced, whole, by an `mcp.tool.request_attempts.refused`
   event with no attributes, and counted (`on_refused`). Never trimmed.
 - a key matching OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS or the built-in sensitive words (authorization,
   cookie, token, secret, password, passwd, pwd, passphrase, api key, private key, access key,
@@ -61,7 +62,7 @@ from opentelemetry.util.types import Attributes
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.record import validate_record
+from otel_mcp_replay.record import start_vouching, validate_record, vouched_record
 from otel_mcp_replay.runtime import count_refused
 
 _logger = logging.getLogger(__name__)
@@ -581,11 +582,15 @@ class RedactionRules:
 
     def _record(self, event: Event) -> tuple[Event, int]:
         attributes = event.attributes
-        accepted = validate_record(attributes)
+        # A record this library filed was checked at build and cannot have changed since.
+        accepted = vouched_record(attributes)
+        changed = False
         if accepted is None:
-            return _RedactedEvent(t.RECORD_REFUSED_EVENT, {}, event.timestamp, 0), 1
-        # Equal by value (identity short-cuts the columns) means the original event says the same.
-        changed = accepted != _plain_dict(attributes)
+            accepted = validate_record(attributes)
+            if accepted is None:
+                return _RedactedEvent(t.RECORD_REFUSED_EVENT, {}, event.timestamp, 0), 1
+            # Equal by value (identity short-cuts the columns) means the original event says the same.
+            changed = accepted != _plain_dict(attributes)
         for key in _RECORD_TEXT_KEYS:
             value = accepted[key]
             # Inside a record a match replaces the value whole, with a word the allow-list accepts.
@@ -703,6 +708,7 @@ class _Wrapper:
         on_refused: Callable[[], None] | None,
     ) -> None:
         self._inner = inner
+        start_vouching()  # from now on the records this library files are vouched for
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
         # None: the mcp.client.replay.records.refused counter.

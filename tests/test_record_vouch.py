@@ -1,0 +1,207 @@
+"""A record this library filed is read back by the redaction without checking every cell again.
+
+It was checked whole at build (build_record ends in the allow-list's own check), and once the SDK
+has stored it on an event it cannot change: the redaction trusts that very object, and nothing
+else. Every record anyone else wrote is still checked whole, and a record the SDK changed on the
+way in (its length or count limits) is left to that check.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.test_redaction import full_record
+
+from otel_mcp_replay import record as record_module
+from otel_mcp_replay import redaction as redaction_module
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.calls import file_record
+from otel_mcp_replay.record import vouch, vouched_record
+from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
+
+pytestmark = pytest.mark.anyio
+
+
+def a_record(rows: int = 100) -> dict[str, Any]:
+    return full_record(rows)
+
+
+class Checks:
+    """Counts the redaction's whole checks (validate_record), passing each on to the real one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = redaction_module.validate_record
+
+        def counted(raw: object) -> Any:
+            self.calls += 1
+            return real(raw)
+
+        monkeypatch.setattr(redaction_module, "validate_record", counted)
+
+
+def pipeline(**limits: Any) -> tuple[TracerProvider, InMemorySpanExporter, RedactingSpanProcessor]:
+    exporter = InMemorySpanExporter()
+    processor = RedactingSpanProcessor(
+        SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+    )
+    provider = TracerProvider(span_limits=SpanLimits(**limits)) if limits else TracerProvider()
+    provider.add_span_processor(processor)
+    return provider, exporter, processor
+
+
+def test_a_filed_record_passes_redaction_without_the_whole_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = Checks(monkeypatch)
+    provider, exporter, processor = pipeline()
+    built = a_record()
+    span = provider.get_tracer("t").start_span("tools/call search")
+    file_record(span, built)
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert checks.calls == 0
+    assert [event.name for event in exported.events] == [t.RECORD_EVENT]
+    assert dict(exported.events[0].attributes or {}) == built
+    assert processor.refused_count == 0
+
+
+def test_the_same_record_written_by_other_code_gets_the_whole_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = Checks(monkeypatch)
+    provider, exporter, _ = pipeline()
+    built = a_record()
+    span = provider.get_tracer("t").start_span("tools/call search")
+    span.add_event(t.RECORD_EVENT, built)  # not through file_record: nobody vouched for it
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert checks.calls == 1
+    assert dict(exported.events[0].attributes or {}) == built
+
+
+def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> None:
+    provider, exporter, processor = pipeline()
+    spoiled = dict(a_record(3))
+    spoiled[t.ATTEMPTS_FAILURE] = ("throttle", "throttle", "sk-live-CANARY")
+    span = provider.get_tracer("t").start_span("tools/call search")
+    span.add_event(t.RECORD_EVENT, spoiled)
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert [event.name for event in exported.events] == [t.RECORD_REFUSED_EVENT]
+    assert processor.refused_count == 1
+
+
+def test_a_record_the_sdk_cut_is_not_vouched_for_and_the_whole_check_refuses_it() -> None:
+    # A length limit of 4 cuts "billing", "unknown", "throttle" ...: not the record that was built.
+    provider, exporter, processor = pipeline(max_attribute_length=4)
+    span = provider.get_tracer("t").start_span("tools/call search")
+    file_record(span, a_record(3))
+    assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert [event.name for event in exported.events] == [t.RECORD_REFUSED_EVENT]
+    assert processor.refused_count == 1
+
+
+def test_a_record_the_sdk_dropped_keys_of_is_not_vouched_for() -> None:
+    provider, exporter, processor = pipeline(max_event_attributes=5)
+    span = provider.get_tracer("t").start_span("tools/call search")
+    file_record(span, a_record(3))
+    assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
+    span.end()
+    assert [event.name for event in exporter.get_finished_spans()[0].events] == [t.RECORD_REFUSED_EVENT]
+    assert processor.refused_count == 1
+
+
+def test_only_the_very_object_vouched_for_is_trusted() -> None:
+    built = a_record(3)
+    stored = BoundedAttributes(attributes=built, immutable=True)
+    twin = BoundedAttributes(attributes=built, immutable=True)  # equal, but nobody vouched for it
+    assert vouch(stored, built)
+    assert vouched_record(stored) == built
+    assert vouched_record(twin) is None
+    assert vouched_record(dict(built)) is None
+    # An id that names another object now (its first holder gone) is not trusted.
+    record_module._VOUCHED[id(twin)] = record_module._VOUCHED[id(stored)]
+    try:
+        assert vouched_record(twin) is None
+    finally:
+        del record_module._VOUCHED[id(twin)]
+
+
+def test_vouch_refuses_anything_but_exactly_the_built_record_in_the_sdks_own_mapping() -> None:
+    built = a_record(3)
+    assert not vouch(dict(built), built)  # a plain dict can change after the vouch
+    changed = dict(built)
+    changed[t.SENT] = 4
+    assert not vouch(BoundedAttributes(attributes=changed, immutable=True), built)
+
+
+def test_a_vouch_is_forgotten_when_its_record_dies() -> None:
+    before = len(record_module._VOUCHED)
+    stored = BoundedAttributes(attributes=a_record(3), immutable=True)
+    assert vouch(stored, a_record(3))
+    assert len(record_module._VOUCHED) == before + 1
+    del stored
+    gc.collect()
+    assert len(record_module._VOUCHED) == before
+
+
+def test_the_sdk_stores_event_attributes_immutable() -> None:
+    """What the vouch rests on (pinned: an SDK upgrade that loosens it fails here)."""
+    span = TracerProvider().get_tracer("t").start_span("s")
+    span.add_event(t.RECORD_EVENT, a_record(1))
+    attributes = span.events[0].attributes  # type: ignore[attr-defined]
+    assert type(attributes) is BoundedAttributes
+    with pytest.raises(TypeError):
+        attributes[t.SENT] = 99
+    with pytest.raises(TypeError):
+        del attributes[t.SENT]
+    span.end()
+
+
+def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(record_module, "_vouching", False)
+    span = TracerProvider().get_tracer("t").start_span("s")
+    file_record(span, a_record(1))
+    assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
+    span.end()
+    RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())
+    assert record_module.is_vouching()
+
+
+async def test_a_real_call_files_a_vouched_record(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the plugin, on the SDK's own server: the record the call filed passes the redaction
+    without the whole check, and arrives exactly as the call filed it."""
+    from mcp import Client
+
+    from otel_mcp_replay import McpReplayInstrumentor
+
+    checks = Checks(monkeypatch)
+    plain = InMemorySpanExporter()  # what the call filed, before any redaction
+    provider, exporter, processor = pipeline()
+    provider.add_span_processor(SimpleSpanProcessor(plain))
+    instrumentor = McpReplayInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=provider,
+        servers={server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}},
+    )
+    try:
+        async with Client(server.url) as client:
+            result = await client.call_tool("search", {"query": "q"})
+        assert not result.is_error
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+    def filed(spans: Any) -> list[dict[str, Any]]:
+        return [dict(e.attributes or {}) for s in spans for e in s.events if e.name == t.RECORD_EVENT]
+
+    before, after = filed(plain.get_finished_spans()), filed(exporter.get_finished_spans())
+    assert len(before) == 1 and before[0][t.VERDICT] == "completed"
+    assert after == before
+    assert checks.calls == 0
+    assert processor.refused_count == 0
