@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 from opentelemetry import trace
@@ -226,14 +226,32 @@ class CallState:
     tool: str
     span: Span
     context: Context | None = None  # the OTel context whose current span is the call's
-    started_ns: int = field(default_factory=time.time_ns)
     request: ToolRequest | None = None
-    given_up: anyio.Event | None = None
+    given_up: bool = False  # the caller has its outcome, or gave up: nothing more is sent for it
+    _given_up_event: anyio.Event | None = None  # made by the first wait that needs one
     scope: anyio.CancelScope | None = None
     unavailable: bool = False
     local_request_id: object = None  # the id a non-HTTP transport (stdio) sent the call under
     session: object = None  # the ClientSession the call was made on
     failed_without_answer: BaseException | None = None
+
+    def give_up(self) -> None:
+        """The call ended: a series waiting to repeat it stops waiting, and sends nothing more."""
+        self.given_up = True
+        if self._given_up_event is not None:
+            self._given_up_event.set()
+
+    async def wait_unless_given_up(self, delay_ms: int) -> bool:
+        """Sleep `delay_ms`; False (at once) when the call is given up first, or already was."""
+        if self.given_up:
+            return False
+        event = self._given_up_event
+        if event is None:  # most calls never wait: the event is made only here
+            event = self._given_up_event = anyio.Event()
+        with anyio.move_on_after(delay_ms / 1000):
+            await event.wait()
+            return False
+        return True
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> ToolRequest:
         self.request = ToolRequest(self, request_id, declaration, endpoint)

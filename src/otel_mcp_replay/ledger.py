@@ -20,15 +20,27 @@ OnAnswer = Callable[[object, Answer], None]
 # Called once when the stream ends: None on a clean end, the exception on a cut.
 OnEnd = Callable[[BaseException | None], None]
 
+_BOM = b"\xef\xbb\xbf"  # json.loads skips a UTF-8 byte-order mark: so does this
 _MAX_EVENT_BYTES = 4 * 1024 * 1024  # past this an event is not parsed (the SDK caps events at 1 MiB)
+
+
+def json_message(payload: bytes | str) -> object:
+    """One JSON-RPC message's bytes parsed, or None. UTF-8 only (JSON over HTTP is UTF-8, and the mcp
+    SDK reads nothing else): decoding first spares json.loads its search for UTF-16 and UTF-32."""
+    if type(payload) is bytes:
+        try:
+            payload = (payload[3:] if payload.startswith(_BOM) else payload).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
 
 
 def answer_of(payload: bytes | str) -> tuple[object, Answer] | None:
     """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else."""
-    try:
-        message = json.loads(payload)
-    except (ValueError, RecursionError):
-        return None
+    message = json_message(payload)
     if type(message) is not dict or "id" not in message:
         return None
     if "result" in message:

@@ -201,9 +201,9 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     given = _given(raw)
     if given is None:
         raise RecordRefused("the record (not a plain dict)")
-    for key in given:
-        if type(key) is not str or key not in _KNOWN_KEYS:
-            raise RecordRefused("an unknown key")
+    # Every key exactly str (compared by the interpreter, no key's code runs), then hashed: known.
+    if not all(map(is_, map(type, given), repeat(str))) or not _KNOWN_KEYS.issuperset(given):
+        raise RecordRefused("an unknown key")
     get = given.get
     # The scalars, in the allow-list's order: the first one at fault (or missing) names the refusal.
     policy = get(t.POLICY, _MISSING)

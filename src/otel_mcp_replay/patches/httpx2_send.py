@@ -10,7 +10,6 @@ flow run again for it. A response that will not be delivered is closed.
 from __future__ import annotations
 
 import functools
-import json
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ from otel_mcp_replay.budget import retry_after_ms
 from otel_mcp_replay.calls import CURRENT_CALL, CallState, ToolRequest
 from otel_mcp_replay.declaration import Declaration, origin_of
 from otel_mcp_replay.law import PROTOCOL, Effect, Target, target_of
-from otel_mcp_replay.ledger import AnswerWatch, answer_of
+from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.series import NoLog, Outcome, SeriesRules, run_series
 
 # Clients the SSE transport built (marked by the sse_client patch): their GET stream carries answers.
@@ -56,16 +55,19 @@ async def send(
             return _watch_sse_get(instance, await wrapped(*args, **kwargs))
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
-    sse = instance in SSE_CLIENTS
-    streamable = _is_streamable_post(request)
+    sse = bool(SSE_CLIENTS) and instance in SSE_CLIENTS
+    accept, content_type = _accept_and_content_type(request.headers)
+    # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
+    streamable = b"text/event-stream" in accept and b"application/json" in accept
     if call is None and not sse and not streamable:
         return await wrapped(*args, **kwargs)
-    body = _json_body(request)
+    body = _json_body(request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
     rest = dict(kwargs)
     rest.pop("request", None)
-    declaration = rt.servers.resolve(str(request.url))
+    url = str(request.url)
+    declaration = rt.servers.resolve(url)
 
     async def exchange_once() -> httpx2.Response:
         return await wrapped(request, *args[1:], **rest)
@@ -74,37 +76,37 @@ async def send(
     if body.get("method") == "tools/call" and "id" in body:
         if call is not None and _is_this_call(call, body):
             return await _tool_series(
-                rt, call, instance, request, body, declaration, exchange_once, sse, streamable
+                rt, call, instance, request, url, body, declaration, exchange_once, sse, streamable
             )
         # A tools/call outside call_tool (send_request, or a call begun before instrument()):
         # the law still holds for it, with nothing recorded.
         target = target_of(body, declaration)
     if not (sse or streamable):
         return await exchange_once()
-    rules = _rules(rt, declaration, target, request)
+    rules = _rules(rt, declaration, target, url)
     final = await run_series(rules, _protocol_exchange(exchange_once), _discard, _sleep, NoLog())
     return _deliver(final)
 
 
-def _is_streamable_post(request: httpx2.Request) -> bool:
-    """The streamable-HTTP transport's signature: both media types in Accept (the spec requires it)."""
-    accept = request.headers.get("accept", "")
-    return "text/event-stream" in accept and "application/json" in accept
+def _accept_and_content_type(headers: httpx2.Headers) -> tuple[bytes, bytes]:
+    """Two request headers from the raw list (Headers.get would first decode every header of the
+    request to learn their charset), each joined with ", " when repeated, as Headers.get joins."""
+    raw = headers.raw
+    by_name = {key.lower(): value for key, value in raw}
+    if len(by_name) == len(raw):  # no header repeated: the usual case
+        return by_name.get(b"accept", b""), by_name.get(b"content-type", b"")
+    accept = b", ".join(value for key, value in raw if key.lower() == b"accept")
+    return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
 def _json_body(request: httpx2.Request) -> object:
-    if "json" not in request.headers.get("content-type", ""):
-        return None
     try:
         content = request.content
     except httpx2.RequestNotRead:
         return None
     if len(content) > _MAX_JSON_BODY:
         return None
-    try:
-        return json.loads(content)
-    except (ValueError, RecursionError):
-        return None
+    return json_message(content)
 
 
 def _is_this_call(call: CallState, body: dict[str, Any]) -> bool:
@@ -122,11 +124,9 @@ def _origin(url: str) -> str:
     return origin_of(url)
 
 
-def _rules(
-    rt: _runtime.Runtime, declaration: Declaration, target: Target, request: httpx2.Request
-) -> SeriesRules:
+def _rules(rt: _runtime.Runtime, declaration: Declaration, target: Target, url: str) -> SeriesRules:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
-    endpoint_budget = rt.budgets.for_endpoint(_origin(str(request.url)))
+    endpoint_budget = rt.budgets.for_endpoint(_origin(url))
     return SeriesRules(declaration, target, rt.settings, endpoint_budget, rt.fail_closed, rt.rng)
 
 
@@ -138,6 +138,7 @@ async def _tool_series(
     call: CallState,
     client: httpx2.AsyncClient,
     request: httpx2.Request,
+    url: str,
     body: dict[str, Any],
     declaration: Declaration,
     exchange_once: Callable[[], Awaitable[httpx2.Response]],
@@ -146,7 +147,7 @@ async def _tool_series(
 ) -> httpx2.Response:
     tool_request = call.request
     if tool_request is None:
-        endpoint = declaration.label or _origin(str(request.url))
+        endpoint = declaration.label or _origin(url)
         tool_request = call.bind(body["id"], declaration, endpoint)
     target: Target = target_of(body, declaration)
     if declaration.policy == "app-authorized" and not (sse or streamable):
@@ -157,7 +158,7 @@ async def _tool_series(
     if sse:
         SSE_WAITING[key] = tool_request
         tool_request.sse_key = key
-    rules = _rules(rt, declaration, target, request)
+    rules = _rules(rt, declaration, target, url)
     watch_body = streamable and not sse  # a body this transport's SDK code reads as the answer
 
     async def exchange(number: int) -> Outcome:
@@ -175,7 +176,7 @@ async def _tool_series(
         return outcome
 
     try:
-        final = await run_series(rules, exchange, _discard, _waiter(call), tool_request)
+        final = await run_series(rules, exchange, _discard, call.wait_unless_given_up, tool_request)
     except BaseException:
         SSE_WAITING.pop(key, None)
         raise
@@ -226,8 +227,7 @@ async def _tool_exchange(
 async def _read_answer(response: httpx2.Response, outcome: Outcome, tool_request: ToolRequest) -> None:
     """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
     watch an event stream for it as the SDK reads it."""
-    content_type = response.headers.get("content-type", "").lower()
-    encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+    content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
     if response.status_code == 202:
         outcome.failure, outcome.effect = "network", "unknown"  # accepted, and no answer will follow
     elif content_type.startswith("application/json"):
@@ -249,7 +249,7 @@ async def _read_answer(response: httpx2.Response, outcome: Outcome, tool_request
             outcome.failure, outcome.effect = "error", "unknown"
     elif (
         content_type.startswith("text/event-stream")
-        and not encoded
+        and response.headers.get("content-encoding", "identity").lower() in ("", "identity")
         and isinstance(response.stream, httpx2.AsyncByteStream)
     ):
         response.stream = AnswerWatch(response.stream, _answer_for(tool_request), _end_for(tool_request))
@@ -319,21 +319,6 @@ async def _discard(outcome: Outcome) -> None:
 async def _sleep(delay_ms: int) -> bool:
     await anyio.sleep(delay_ms / 1000)
     return True
-
-
-def _waiter(call: CallState) -> Callable[[int], Awaitable[bool]]:
-    async def wait(delay_ms: int) -> bool:
-        given_up = call.given_up
-        if given_up is None:
-            return await _sleep(delay_ms)
-        if given_up.is_set():
-            return False
-        with anyio.move_on_after(delay_ms / 1000):
-            await given_up.wait()
-            return False
-        return True
-
-    return wait
 
 
 def _synthetic_error(request: httpx2.Request, request_id: object, why: str) -> httpx2.Response:

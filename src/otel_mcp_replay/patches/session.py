@@ -37,9 +37,7 @@ async def call_tool(
         attributes={t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: name},
     )
     span_context = trace.set_span_in_context(span)
-    call = CallState(
-        runtime=rt, tool=name, span=span, context=span_context, given_up=anyio.Event(), session=instance
-    )
+    call = CallState(runtime=rt, tool=name, span=span, context=span_context, session=instance)
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(span_context)
     try:
@@ -63,8 +61,7 @@ async def call_tool(
 
 
 def _given_up(call: CallState) -> None:
-    if call.given_up is not None:
-        call.given_up.set()
+    call.give_up()
     request = call.request
     if request is not None and request.sse_key is not None:
         SSE_WAITING.pop(request.sse_key, None)
