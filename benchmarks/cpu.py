@@ -11,14 +11,20 @@ Then a cProfile of the plain and instrumented arms, interleaved in rounds (timer
 thread's CPU time, so waiting on the socket is not counted): the
 top 15 entries of otel_mcp_replay by cumulative time, and the extra CPU of the instrumented arm over
 the plain one by package. cProfile slows Python code several-fold: read its figures as shares.
+
+Last, what no background load can blur: the Python opcodes the loop thread executes per call
+(sys.settrace), for each arm and for the telemetry floor (benchmarks/_floor.py: only the SDK calls
+the contract asks of a clean call, the least any implementation of the contract adds).
 """
 
 from __future__ import annotations
 
 import cProfile
 import pstats
+import sys
 import time
 from collections import defaultdict
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -32,9 +38,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NoOpTracerProvider
 
 from benchmarks._common import NoopExporter, Section, declared, median, section_main, server_process
+from benchmarks._floor import telemetry_floor
 from otel_mcp_replay import McpReplayInstrumentor
 
 ARMS = ("plain", "instrumented", "instrumented, no-op telemetry")
+FLOOR = "telemetry floor (only the SDK calls the contract asks for; benchmarks/_floor.py)"
 PROFILE_ROUNDS = 4
 
 
@@ -44,6 +52,7 @@ def run(quick: bool) -> Section:
 
 async def _run(quick: bool) -> Section:
     rounds, per_block, profiled = (2, 80, 100) if quick else (8, 200, 600)
+    counted = 10 if quick else 40
     section = Section("2. The plugin's CPU per call (in process)")
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(NoopExporter()))
@@ -85,6 +94,13 @@ async def _run(quick: bool) -> Section:
                         await _calls(client, profiled // PROFILE_ROUNDS)
                         profiler.disable()
                 profiles = {arm: pstats.Stats(profiler) for arm, profiler in profilers.items()}
+                opcodes = {}
+                for arm in ARMS:
+                    switch(arm)
+                    opcodes[arm] = await _opcodes_per_call(client, counted)
+                switch(ARMS[0])
+                with telemetry_floor(tracer_provider, meter_provider):
+                    opcodes[FLOOR] = await _opcodes_per_call(client, counted)
         finally:
             if plugin.is_instrumented_by_opentelemetry:
                 plugin.uninstrument()
@@ -105,12 +121,50 @@ async def _run(quick: bool) -> Section:
         "  of which the SDK's spans, events, metrics (instrumented - no-op)",
         f"{median(cpu[ARMS[1]]) - median(cpu[ARMS[2]]):.0f} us",
     )
+    _add_opcodes(section, opcodes)
     section.notes.append(
         f"{rounds} rounds of {per_block} calls per arm, arms interleaved; "
-        f"cProfile over {profiled} calls per arm."
+        f"cProfile over {profiled} calls per arm; opcodes counted over {counted} calls per arm."
+    )
+    section.notes.append(
+        "Opcodes: every Python bytecode instruction the event loop's thread executes per call, "
+        "counted with sys.settrace: the same count on any run, whatever the machine's load (C code, "
+        "pydantic-core's validation and the sockets among it, is not counted: the ratios overstate "
+        "the share of the call's time)."
     )
     section.details = _profile_tables(profiles, profiled)
     return section
+
+
+def _add_opcodes(section: Section, opcodes: dict[str, float]) -> None:
+    plain = opcodes[ARMS[0]]
+    for arm in (*ARMS, FLOOR):
+        extra = "" if arm == ARMS[0] else f" ({opcodes[arm] / plain:.3f} x plain)"
+        section.add(f"Python opcodes per call, {arm}", f"{opcodes[arm]:,.0f}{extra}")
+    own, sdk = opcodes[ARMS[2]] - plain, opcodes[ARMS[1]] - opcodes[ARMS[2]]
+    section.add("  the plugin's own logic (no-op telemetry - plain)", f"{own:+,.0f} ({own / plain:+.1%})")
+    section.add("  the SDK's work for the plugin (instrumented - no-op)", f"{sdk:+,.0f} ({sdk / plain:+.1%})")
+    floor = opcodes[FLOOR] - plain
+    section.add("  the contract's telemetry alone (floor - plain)", f"{floor:+,.0f} ({floor / plain:+.1%})")
+
+
+async def _opcodes_per_call(client: Client, calls: int) -> float:
+    executed = 0
+
+    def count(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal executed
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            executed += 1
+        return count
+
+    await _calls(client, 5)  # not counted: the first calls after a switch
+    sys.settrace(count)
+    try:
+        await _calls(client, calls)
+    finally:
+        sys.settrace(None)
+    return executed / calls
 
 
 async def _calls(client: Client, calls: int) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from benchmarks._common import NoopExporter, Section, median, per_op_us, section_main
+from benchmarks._common import NoopExporter, Section, clean_record, median, per_op_us, section_main
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.calls import file_record
-from otel_mcp_replay.record import AttemptRow, build_record, validate_record
+from otel_mcp_replay.record import AttemptRow, validate_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 
 TARGET_US = 15.0
@@ -46,7 +46,7 @@ def rows(n: int) -> list[AttemptRow]:
 
 
 def record(n: int) -> dict[str, Any]:
-    return _build(rows(n))
+    return clean_record(rows(n))
 
 
 def ended_span(with_record_rows: int | None, *, filed_by_plugin: bool = True) -> ReadableSpan:
@@ -82,8 +82,8 @@ def run(quick: bool) -> Section:
         "inner": lambda: inner.on_end(full),
         "validate event": lambda: validate_record(event_attributes),
         "validate dict": lambda: validate_record(full_record),
-        "build 1": lambda: _build(one_row),
-        "build 100": lambda: _build(hundred_rows),
+        "build 1": lambda: clean_record(one_row),
+        "build 100": lambda: clean_record(hundred_rows),
     }
     samples = _interleaved(figures, runs, loops)
     us = {name: (median(values), min(values)) for name, values in samples.items()}
@@ -121,20 +121,6 @@ def _interleaved(figures: dict[str, Callable[[], object]], runs: int, loops: int
         for name, fn in figures.items():
             samples[name].extend(per_op_us(fn, runs=1, loops=loops))
     return samples
-
-
-def _build(listed: list[AttemptRow]) -> dict[str, Any]:
-    return build_record(
-        policy="app-authorized",
-        sent=len(listed),
-        effect="applied",
-        verdict="completed",
-        may_have_run=False,
-        endpoint="billing",
-        tool="search",
-        request_id="7",
-        rows=listed,
-    )
 
 
 def _us(figure: tuple[float, float]) -> str:

@@ -10,6 +10,8 @@ key. KNOWLEDGE of an attempt's effect comes only from what came back: `none` onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_
 from typing import Final, Literal
 
 from otel_mcp_replay.declaration import Declaration
@@ -41,7 +43,10 @@ _BATCH: Final = Target(tool="", batch=True)
 
 
 def _get(obj: dict[object, object], key: str) -> object:
-    # Read as data: compare only exact str keys, so no __eq__ or __hash__ of a stored key runs.
+    # Read as data: no __eq__ or __hash__ of a stored key runs. When every key is exactly str (as
+    # JSON's are; checked in C), the dict's own lookup is safe; otherwise exact str keys are compared.
+    if all(map(is_, map(type, obj), repeat(str))):
+        return dict.get(obj, key)
     for k, v in dict.items(obj):
         if type(k) is str and k == key:
             return v
