@@ -73,6 +73,11 @@ class SseAnswers:
             line, self._buffer = self._buffer[:end], self._buffer[end + width :]
             self._line(line)
 
+    def end(self) -> None:
+        """The stream ended: a CR it ended on ends a line (no LF can follow it now)."""
+        if self._buffer.endswith(b"\r"):
+            self.feed(b"\n")
+
     def _line(self, line: bytes) -> None:
         if not line:  # a blank line dispatches the event
             data, self._data = self._data, []
@@ -121,6 +126,7 @@ class AnswerWatch(httpx2.AsyncByteStream):
         except BaseException as exc:
             self._end(exc)
             raise
+        self._events.end()
         self._end(None)
 
     async def aclose(self) -> None:

@@ -1,0 +1,126 @@
+"""What the plugin reads off the wire: request headers, JSON-RPC bodies, answers in event streams.
+
+Read as the mcp SDK reads them (UTF-8 JSON, server-sent events with any line ending), never
+raising on odd bytes: what cannot be read is "no answer seen", which the law treats as unknown.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+
+from otel_mcp_replay.ledger import AnswerWatch, SseAnswers, answer_of, json_message
+from otel_mcp_replay.patches.httpx2_send import _accept_and_content_type
+
+RESULT = {"jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}
+
+
+# -- request headers --
+
+
+def test_accept_and_content_type_are_read_whatever_the_case_of_their_names() -> None:
+    headers = httpx2.Headers(
+        [("Accept", "application/json, text/event-stream"), ("CONTENT-TYPE", "application/json"), ("x", "y")]
+    )
+    assert _accept_and_content_type(headers) == (b"application/json, text/event-stream", b"application/json")
+
+
+def test_repeated_headers_are_joined_as_headers_get_joins_them() -> None:
+    headers = httpx2.Headers(
+        [
+            ("accept", "application/json"),
+            ("Accept", "text/event-stream"),
+            ("content-type", "application/json"),
+        ]
+    )
+    accept, content_type = _accept_and_content_type(headers)
+    assert accept.decode() == headers.get("accept")
+    assert content_type.decode() == headers.get("content-type")
+
+
+def test_missing_headers_read_as_empty() -> None:
+    assert _accept_and_content_type(httpx2.Headers({"x": "y"})) == (b"", b"")
+
+
+# -- JSON-RPC bodies --
+
+
+def test_a_body_is_parsed_from_utf8_bytes_with_or_without_a_byte_order_mark() -> None:
+    raw = json.dumps({"method": "tools/call", "params": {"name": "héllo"}}, ensure_ascii=False).encode()
+    assert json_message(raw) == json.loads(raw)
+    assert json_message(b"\xef\xbb\xbf" + raw) == json.loads(raw)
+    assert json_message(raw.decode()) == json.loads(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe{}",  # not UTF-8
+        "{}".encode("utf-16"),  # JSON over HTTP is UTF-8; the mcp SDK reads nothing else
+        b'{"a": ',  # cut
+        b"[" * 100_000,  # nested past the parser's recursion limit
+        b"",
+    ],
+)
+def test_what_is_not_utf8_json_reads_as_none(raw: bytes) -> None:
+    assert json_message(raw) is None
+
+
+def test_answers_are_told_by_id_and_kind() -> None:
+    assert answer_of(json.dumps(RESULT).encode()) == (7, "result")
+    assert answer_of(b'{"jsonrpc": "2.0", "id": "a", "error": {"code": -1, "message": "x"}}') == (
+        "a",
+        "error",
+    )
+    assert answer_of(b'{"jsonrpc": "2.0", "method": "notifications/progress"}') is None
+    assert answer_of(b'{"jsonrpc": "2.0", "id": 7}') is None
+    assert answer_of(b"[1, 2]") is None
+
+
+# -- event streams --
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_an_answer_is_seen_in_an_event_stream_split_anywhere(newline: bytes) -> None:
+    data = json.dumps(RESULT).encode()
+    stream = newline.join([b"event: message", b"data: " + data, b"", b""])
+    for cut in range(1, len(stream)):
+        seen: list[tuple[object, str]] = []
+        reader = SseAnswers(lambda request_id, kind, seen=seen: seen.append((request_id, kind)))
+        reader.feed(stream[:cut])
+        reader.feed(stream[cut:])
+        reader.end()  # a stream that ends on CR: no LF can follow it now
+        assert seen == [(7, "result")], cut
+
+
+def test_an_event_whose_data_spans_lines_is_joined_before_it_is_read() -> None:
+    seen: list[tuple[object, str]] = []
+    reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
+    reader.feed(b'data: {"jsonrpc": "2.0",\ndata: "id": 3, "result": {}}\n\n')
+    assert seen == [(3, "result")]
+
+
+class _Chunks(httpx2.AsyncByteStream):
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self._chunks:
+            yield chunk
+
+
+@pytest.mark.anyio
+async def test_the_watch_notes_an_answer_that_ends_the_stream_on_cr_before_it_reports_the_end() -> None:
+    """A server that ends its lines with CR alone: the last blank line is known only at the end."""
+    heard: list[object] = []
+    data = json.dumps(RESULT).encode()
+    watch = AnswerWatch(
+        _Chunks(b"event: message\r", b"data: " + data + b"\r\r"),
+        lambda request_id, kind: heard.append((request_id, kind)),
+        lambda error: heard.append(("end", error)),
+    )
+    passed = b"".join([chunk async for chunk in watch])
+    assert passed == b"event: message\rdata: " + data + b"\r\r"  # every byte passed on, untouched
+    assert heard == [(7, "result"), ("end", None)]
