@@ -294,7 +294,11 @@ def is_vouching() -> bool:
 def vouch(stored: object, built: Mapping[str, object]) -> bool:
     """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when it
     holds exactly `built` (the SDK cuts values past its length limit and drops keys past its count
-    limit: such a record is left to the whole check, which refuses it)."""
+    limit: such a record is left to the whole check, which refuses it).
+
+    For calls.file_record only, right after it added `built` to the call's span: `built` must be
+    what build_record returned, unchanged.
+    """
     if type(stored) is not BoundedAttributes or stored.copy() != built:
         return False  # exact built-in values on both sides: the comparison runs no filer code
     key = id(stored)
