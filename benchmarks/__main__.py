@@ -3,7 +3,7 @@ markdown and write them to benchmarks/results/latest.md (with the date and the m
 
 Each benchmark runs in its own Python process, one after the other (never two at once: they would
 measure each other), and stops the servers it started. A full run takes about four minutes on two
-cores; `--quick` about half a minute (smaller samples: a smoke test of the benchmarks, not figures).
+cores; `--quick` about 35 s (smaller samples: a smoke test of the benchmarks, not figures).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ RESULTS = REPO / "benchmarks" / "results" / "latest.md"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small samples: a ~30 s smoke run")
+    parser.add_argument("--quick", action="store_true", help="small samples: a ~35 s smoke run")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the markdown")
     args = parser.parse_args(argv)
