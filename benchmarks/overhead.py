@@ -79,7 +79,7 @@ async def _run(quick: bool) -> Section:
     section.notes.append(
         f"{blocks} blocks of {per_block} calls per arm, alternating (each after {SETTLE} uncounted calls), "
         f"after {warmup} warm-up calls per arm; "
-        "p50/p99 over all calls of an arm; the same Client and session serve both arms of a pair; "
+        "p50/p99 over all calls of an arm; the same Client and session serve every arm of a set; "
         "declaration: app-authorized, search repeated on throttle and network (the path a declared "
         "tool takes); spans to BatchSpanProcessor(exporter that drops them)."
     )
@@ -99,19 +99,15 @@ async def _pair(
     warmup: int,
 ) -> dict[str, list[list[float]]]:
     arms: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
-    floor: contextlib.ExitStack | None = None
+    floor = contextlib.ExitStack()  # holds the floor's patch while that arm runs
 
     def switch(arm: str) -> None:
-        nonlocal floor
         if plugin.is_instrumented_by_opentelemetry:
             plugin.uninstrument()
-        if floor is not None:
-            floor.close()
-            floor = None
+        floor.close()
         if arm == "instrumented":
             plugin.instrument(**settings)
         elif arm == "floor":
-            floor = contextlib.ExitStack()
             floor.enter_context(telemetry_floor(settings["tracer_provider"], settings["meter_provider"]))
 
     async with Client(url) as client:

@@ -162,6 +162,11 @@ _KNOWN_KEYS: Final = frozenset(t.RECORD_KEYS)
 _MISSING: Final = object()  # what a missing key reads as: every check below refuses it
 
 
+def _in_order(*values: object) -> dict[str, object]:
+    """The record's values, given in telemetry.RECORD_KEYS' order, under their keys."""
+    return dict(zip(t.RECORD_KEYS, values, strict=True))
+
+
 def _given(raw: object) -> dict[object, object] | None:
     """A private copy of the record's pairs, read as data, or None for a mapping this module will
     not call into."""
@@ -250,23 +255,10 @@ def _read(raw: object) -> dict[str, AttributeValue]:
         if rows and not check(cells):
             raise RecordRefused(key)
         columns.append(cells)
-    status, failure, attempt_effect, permission, wait_ms = columns
-    record = {  # a fresh dict in the allow-list's order, holding only what was checked above
-        t.POLICY: policy,
-        t.SENT: sent,
-        t.EFFECT: effect,
-        t.VERDICT: verdict,
-        t.MAY_HAVE_RUN: may_have_run,
-        t.ENDPOINT: endpoint,
-        t.OMITTED: omitted,
-        t.GEN_AI_TOOL_NAME: tool,
-        t.JSONRPC_REQUEST_ID: request_id,
-        t.ATTEMPTS_STATUS: status,
-        t.ATTEMPTS_FAILURE: failure,
-        t.ATTEMPTS_EFFECT: attempt_effect,
-        t.ATTEMPTS_PERMISSION: permission,
-        t.ATTEMPTS_WAIT_MS: wait_ms,
-    }
+    # A fresh dict in the allow-list's order, holding only what was checked above.
+    record = _in_order(
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
+    )
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
 
@@ -347,21 +339,8 @@ def build_record(
     if not all(map(is_, map(type, listed), repeat(AttemptRow))):
         raise RecordRefused("rows (not AttemptRow)")
     # Rows to columns with one transpose in C (each row is exactly our own named tuple).
-    status, failure, effect_, permission, wait_ms = tuple(zip(*listed, strict=True)) or _NO_ROWS
-    record: dict[str, object] = {
-        t.POLICY: policy,
-        t.SENT: sent,
-        t.EFFECT: effect,
-        t.VERDICT: verdict,
-        t.MAY_HAVE_RUN: may_have_run,
-        t.ENDPOINT: endpoint,
-        t.OMITTED: omitted,
-        t.GEN_AI_TOOL_NAME: tool,
-        t.JSONRPC_REQUEST_ID: request_id,
-        t.ATTEMPTS_STATUS: status,
-        t.ATTEMPTS_FAILURE: failure,
-        t.ATTEMPTS_EFFECT: effect_,
-        t.ATTEMPTS_PERMISSION: permission,
-        t.ATTEMPTS_WAIT_MS: wait_ms,
-    }
+    columns = tuple(zip(*listed, strict=True)) or _NO_ROWS
+    record = _in_order(
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
+    )
     return _read(record)
