@@ -2,37 +2,92 @@
 
 CONTRACT.md asks, for each tools/call: the call's span, one span per HTTP attempt, the
 `mcp.tool.request_attempts` event (14 keys) on the call's span, and a point on the attempts and
-calls counters. `telemetry_floor()` patches `ClientSession.call_tool` to make exactly those SDK
-calls, with the attributes the plugin gives them on a clean call, around the SDK's own call, and
-no more: no law, no series, no ledger, no record built (it is made once, up front). What it costs
-is what any implementation of the contract pays on the SDK's side, whatever its own logic costs:
-the lower bound of the plugin's overhead.
+calls counters. `FloorTelemetry` makes exactly those SDK calls, with the attributes the plugin
+gives them on a clean call, and no more: no law, no series, no ledger, no record built (it is made
+once, up front). What it costs is what any implementation of the contract pays on the SDK's side,
+whatever its own logic costs: the lower bound of the plugin's overhead. `telemetry_floor()` puts
+those calls around the SDK's `call_tool` (the floor arm of benchmark 1); `FloorTelemetry.warm_us()`
+times them alone, in a loop with no I/O: the least they can cost on this machine.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import Token
 from typing import Any
 
 import wrapt  # type: ignore[import-untyped]
 from mcp.client.session import ClientSession
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import SpanKind, TracerProvider
+from opentelemetry.trace import Span, SpanKind, TracerProvider
 
-from benchmarks._common import clean_record
+from benchmarks._common import clean_record, per_op_us
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Instruments
 
 
+class FloorTelemetry:
+    """The SDK calls of one clean call, in two halves: before the request leaves, after its answer."""
+
+    def __init__(self, tracer_provider: TracerProvider, meter_provider: MeterProvider) -> None:
+        self.tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
+        self.instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
+        self.record = clean_record([AttemptRow(200, "", "applied", "first", 0)])
+
+    def opened(self, name: str) -> tuple[Span, Span, Token[Context]]:
+        """The call's span (made current) and its attempt's span."""
+        span = self.tracer.start_span(
+            f"{t.CALL_SPAN_PREFIX} {name}",
+            kind=SpanKind.INTERNAL,
+            attributes={t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: name},
+        )
+        span_context = trace.set_span_in_context(span)
+        token = otel_context.attach(span_context)
+        span.set_attributes({t.JSONRPC_REQUEST_ID: "7", t.POLICY: "app-authorized"})
+        attempt = self.tracer.start_span(
+            f"{t.ATTEMPT_SPAN_PREFIX} {name}",
+            context=span_context,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                t.MCP_METHOD_NAME: "tools/call",
+                t.GEN_AI_TOOL_NAME: name,
+                t.JSONRPC_REQUEST_ID: "7",
+                t.ATTEMPT: 1,
+            },
+        )
+        return span, attempt, token
+
+    def closed(self, name: str, span: Span, attempt: Span, token: Token[Context]) -> None:
+        """The attempt's effect and end, the counters, the record, the call's end."""
+        attempt.set_attributes({t.EFFECT: "applied", t.HTTP_STATUS_CODE: 200})
+        attempt.end()
+        self.instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
+        span.add_event(t.RECORD_EVENT, self.record)
+        self.instruments.calls.add(
+            1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: "app-authorized"}
+        )
+        otel_context.detach(token)
+        span.end()
+
+    def warm_us(self, calls: int = 200) -> float:
+        """Microseconds per call for `calls` clean calls' SDK calls back to back, with no I/O between
+        (caches warm). The clock is this thread's CPU time: the BatchSpanProcessor's worker, which in
+        a real call exports during the network wait, is not counted."""
+        return per_op_us(self._one_call, runs=1, loops=calls, clock=time.thread_time_ns)[0]
+
+    def _one_call(self) -> None:
+        self.closed("search", *self.opened("search"))
+
+
 @contextmanager
 def telemetry_floor(tracer_provider: TracerProvider, meter_provider: MeterProvider) -> Iterator[None]:
-    tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
-    instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
-    record = clean_record([AttemptRow(200, "", "applied", "first", 0)])
+    floor = FloorTelemetry(tracer_provider, meter_provider)
 
     async def call_tool(
         wrapped: Callable[..., Awaitable[Any]],
@@ -41,37 +96,13 @@ def telemetry_floor(tracer_provider: TracerProvider, meter_provider: MeterProvid
         kwargs: dict[str, Any],
     ) -> Any:
         name = args[0] if args else kwargs["name"]
-        span = tracer.start_span(
-            f"{t.CALL_SPAN_PREFIX} {name}",
-            kind=SpanKind.INTERNAL,
-            attributes={t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: name},
-        )
-        span_context = trace.set_span_in_context(span)
-        token = otel_context.attach(span_context)
+        span, attempt, token = floor.opened(name)
         try:
-            span.set_attributes({t.JSONRPC_REQUEST_ID: "7", t.POLICY: "app-authorized"})
-            attempt = tracer.start_span(
-                f"{t.ATTEMPT_SPAN_PREFIX} {name}",
-                context=span_context,
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    t.MCP_METHOD_NAME: "tools/call",
-                    t.GEN_AI_TOOL_NAME: name,
-                    t.JSONRPC_REQUEST_ID: "7",
-                    t.ATTEMPT: 1,
-                },
-            )
             result = await wrapped(*args, **kwargs)
-            attempt.set_attributes({t.EFFECT: "applied", t.HTTP_STATUS_CODE: 200})
-            attempt.end()
-            instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
-            span.add_event(t.RECORD_EVENT, record)
-            instruments.calls.add(
-                1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: "app-authorized"}
-            )
-        finally:
+        except BaseException:
             otel_context.detach(token)
-        span.end()
+            raise
+        floor.closed(name, span, attempt, token)
         return result
 
     original = ClientSession.call_tool

@@ -32,8 +32,16 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from benchmarks._common import NoopExporter, Section, declared, percentile, section_main, server_process
-from benchmarks._floor import telemetry_floor
+from benchmarks._common import (
+    NoopExporter,
+    Section,
+    declared,
+    median,
+    percentile,
+    section_main,
+    server_process,
+)
+from benchmarks._floor import FloorTelemetry, telemetry_floor
 from otel_mcp_replay import McpReplayInstrumentor
 
 TARGET_P50 = 1.03
@@ -68,13 +76,14 @@ async def _run(quick: bool) -> Section:
             if httpx is not None:
                 httpx.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
             try:
-                latencies = await _pair(url, plugin, settings, blocks, per_block, warmup)
+                latencies, warm = await _pair(url, plugin, settings, blocks, per_block, warmup)
             finally:
                 if plugin.is_instrumented_by_opentelemetry:
                     plugin.uninstrument()
                 if httpx is not None:
                     httpx.uninstrument()
             _report(section, label, latencies)
+            _report_warm_floor(section, label, warm, percentile(_pooled(latencies)["plain"], 50))
     tracer_provider.shutdown()
     section.notes.append(
         f"{blocks} blocks of {per_block} calls per arm, alternating (each after {SETTLE} uncounted calls), "
@@ -82,6 +91,13 @@ async def _run(quick: bool) -> Section:
         "p50/p99 over all calls of an arm; the same Client and session serve every arm of a set; "
         "declaration: app-authorized, search repeated on throttle and network (the path a declared "
         "tool takes); spans to BatchSpanProcessor(exporter that drops them)."
+    )
+    section.notes.append(
+        "warm floor: the floor's SDK calls alone, back to back in a loop with no I/O between them "
+        "(caches warm, nothing else running in this process; the clock is the thread's CPU time), "
+        "median and least of one run of 200 after each plain block: the least the telemetry the contract "
+        "asks for costs on this machine, whatever the implementation; the budget is what a p50 ratio "
+        f"of {TARGET_P50} leaves of that set's plain p50."
     )
     section.notes.append(
         "block ratio: the median over block pairs of (instrumented block p50 / neighbouring plain "
@@ -97,8 +113,11 @@ async def _pair(
     blocks: int,
     per_block: int,
     warmup: int,
-) -> dict[str, list[list[float]]]:
+) -> tuple[dict[str, list[list[float]]], list[float]]:
+    """Each arm's blocks of latencies (ms), and a warm-floor sample (us) after each plain block."""
     arms: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    warm: list[float] = []  # sampled beside the plain blocks, so the same drift of load is in both
+    warm_floor = FloorTelemetry(settings["tracer_provider"], settings["meter_provider"])
     floor = contextlib.ExitStack()  # holds the floor's patch while that arm runs
 
     def switch(arm: str) -> None:
@@ -120,8 +139,11 @@ async def _pair(
             await _block(client, SETTLE)  # not counted: the first calls after a switch fill caches
             gc.collect()  # each block starts from the same heap state, whatever the previous one left
             arms[arm].append(await _block(client, per_block))
+            if arm == "plain":
+                gc.collect()
+                warm.append(warm_floor.warm_us())
     switch("plain")
-    return arms
+    return arms, warm
 
 
 async def _block(client: Client, calls: int) -> list[float]:
@@ -135,8 +157,23 @@ async def _block(client: Client, calls: int) -> list[float]:
     return latencies
 
 
+def _pooled(arms: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    return {arm: [x for block in blocks for x in block] for arm, blocks in arms.items()}
+
+
+def _report_warm_floor(section: Section, label: str, samples: list[float], plain_p50_ms: float) -> None:
+    plain_us = plain_p50_ms * 1000
+    budget_us = (TARGET_P50 - 1) * plain_us
+    warm, least = median(samples), min(samples)
+    section.add(
+        f"{label}: warm floor (the contract's SDK calls alone, no I/O) per call, median (min)",
+        f"{warm:.0f} us ({least:.0f}) = {warm / plain_us:.1%} ({least / plain_us:.1%}) of plain p50; "
+        f"p50 <= {TARGET_P50} leaves {budget_us:.0f} us",
+    )
+
+
 def _report(section: Section, label: str, arms: dict[str, list[list[float]]]) -> None:
-    pooled = {arm: [x for block in blocks for x in block] for arm, blocks in arms.items()}
+    pooled = _pooled(arms)
     plain = pooled["plain"]
     p50, p99 = percentile(plain, 50), percentile(plain, 99)
     section.add(f"{label}: plain p50 / p99", f"{p50:.3f} / {p99:.3f} ms")
