@@ -7,6 +7,7 @@ generous slack; they check order and bounds, never a tight figure.
 from __future__ import annotations
 
 import contextlib
+import gc
 import random
 import sys
 import time
@@ -239,6 +240,49 @@ async def test_sse_transport_network_failure_fails_only_that_call(
         with anyio.fail_after(10):
             assert (await session.call_tool("search", {"query": "next"})).is_error is False
     assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
+
+
+async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_exists(
+    sse_server: ServerHandle, server: ServerHandle, instrument: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the SSE transport's series ends a call by cancelling it (the SDK would wait forever for
+    the answer), and only through a client sse_client built, which exists before any call on its
+    session: a call made while there is no such client is not wrapped in a cancel scope."""
+    from otel_mcp_replay.patches import session as session_patch
+    from otel_mcp_replay.patches.httpx2_send import SSE_CLIENTS
+
+    scoped = 0
+    real = session_patch._call_ending_on_failure
+
+    async def counted(*args: Any) -> Any:
+        nonlocal scoped
+        scoped += 1
+        return await real(*args)
+
+    monkeypatch.setattr(session_patch, "_call_ending_on_failure", counted)
+    app = {"policy": "app-authorized", "tools": {}}
+    instrument(servers={sse_server.origin: app, server.url: app})
+
+    gc.collect()  # an earlier test's SSE client, in a reference cycle, is gone
+    async with Client(server.url) as client:
+        assert not SSE_CLIENTS
+        assert (await client.call_tool("search", {"query": "streamable"})).is_error is False
+        assert scoped == 0
+        sse_server.faults.add("search", DropBeforeExecution())
+        async with (
+            mcp.client.sse.sse_client(sse_server.url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+                await session.call_tool("search", {"query": "sse"})  # ended by its scope
+            assert scoped == 1
+            assert (await client.call_tool("search", {"query": "meanwhile"})).is_error is False
+            assert scoped == 2  # harmless: a scope nobody cancels
+        gc.collect()
+        assert not SSE_CLIENTS  # the SSE client is gone with its transport
+        assert (await client.call_tool("search", {"query": "after"})).is_error is False
+        assert scoped == 2
 
 
 async def test_an_sse_client_built_before_instrument_cannot_be_matched_so_app_authorized_refuses(

@@ -21,7 +21,7 @@ from otel_mcp_replay import runtime as _runtime
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.calls import CURRENT_CALL, CallState
 from otel_mcp_replay.errors import ReplayUnavailableError, UnknownEffectError
-from otel_mcp_replay.patches.httpx2_send import SSE_WAITING
+from otel_mcp_replay.patches.httpx2_send import SSE_CLIENTS, SSE_WAITING
 
 
 async def call_tool(
@@ -41,11 +41,10 @@ async def call_tool(
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(span_context)
     try:
-        with anyio.CancelScope() as scope:
-            call.scope = scope
+        if SSE_CLIENTS:
+            result = await _call_ending_on_failure(call, wrapped, args, kwargs)
+        else:  # no SSE client exists, so no POST of this call can need ending here (see below)
             result = await wrapped(*args, **kwargs)
-        if scope.cancelled_caught and call.failed_without_answer is not None:
-            raise call.failed_without_answer
     except BaseException as exc:
         _given_up(call)
         _settle_failed(call, exc)
@@ -57,6 +56,21 @@ async def call_tool(
     verdict = "tool-error" if getattr(result, "is_error", False) is True else "completed"
     _file(call, verdict, may_have_run=False)
     span.end()
+    return result
+
+
+async def _call_ending_on_failure(
+    call: CallState, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """The SDK's call in a scope the series can cancel: on the SSE transport the SDK would wait for
+    an answer that will never come (CallState.fail_without_answer). Only a client sse_client built
+    takes that path, and it exists before any call on its session begins, so a call made while
+    there is none needs no scope (one costs about a tenth of the plugin's own work per call)."""
+    with anyio.CancelScope() as scope:
+        call.scope = scope
+        result = await wrapped(*args, **kwargs)
+    if scope.cancelled_caught and call.failed_without_answer is not None:
+        raise call.failed_without_answer
     return result
 
 
