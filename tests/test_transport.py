@@ -11,7 +11,7 @@ import gc
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -204,6 +204,17 @@ def sse_server() -> Iterator[ServerHandle]:
         yield handle
 
 
+@contextlib.asynccontextmanager
+async def sse_session(server: ServerHandle) -> AsyncIterator[ClientSession]:
+    """An initialized session on the SSE transport, through the sse_client the plugin patched."""
+    async with (
+        mcp.client.sse.sse_client(server.url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
 async def test_sse_transport_repeats_a_429_and_records_the_answer(
     sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
@@ -211,11 +222,7 @@ async def test_sse_transport_repeats_a_429_and_records_the_answer(
         servers={sse_server.origin: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}}
     )
     sse_server.faults.add("search", Throttle("0"))
-    async with (
-        mcp.client.sse.sse_client(sse_server.url) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    async with sse_session(sse_server) as session:
         result = await session.call_tool("search", {"query": "q"})
     assert not result.is_error
     record = the_record(telemetry)
@@ -230,11 +237,7 @@ async def test_sse_transport_network_failure_fails_only_that_call(
 ) -> None:
     instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
     sse_server.faults.add("search", DropBeforeExecution())
-    async with (
-        mcp.client.sse.sse_client(sse_server.url) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    async with sse_session(sse_server) as session:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
             await session.call_tool("search", {"query": "q"})
         with anyio.fail_after(10):
@@ -269,11 +272,7 @@ async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_e
         assert (await client.call_tool("search", {"query": "streamable"})).is_error is False
         assert scoped == 0
         sse_server.faults.add("search", DropBeforeExecution())
-        async with (
-            mcp.client.sse.sse_client(sse_server.url) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with sse_session(sse_server) as session:
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
                 await session.call_tool("search", {"query": "sse"})  # ended by its scope
             assert scoped == 1
