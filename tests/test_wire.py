@@ -7,6 +7,7 @@ raising on odd bytes: what cannot be read is "no answer seen", which the law tre
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx2
 import pytest
@@ -52,6 +53,7 @@ def test_a_body_is_parsed_from_utf8_bytes_with_or_without_a_byte_order_mark() ->
     assert json_message(raw) == json.loads(raw)
     assert json_message(b"\xef\xbb\xbf" + raw) == json.loads(raw)
     assert json_message(raw.decode()) == json.loads(raw)
+    assert json_message(bytearray(raw)) == json.loads(raw)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +68,11 @@ def test_a_body_is_parsed_from_utf8_bytes_with_or_without_a_byte_order_mark() ->
 )
 def test_what_is_not_utf8_json_reads_as_none(raw: bytes) -> None:
     assert json_message(raw) is None
+
+
+@pytest.mark.parametrize("raw", ["\ufeff{}", '{"a": 1} x', b'{"a": 1} {}', memoryview(b"{}"), 7, None])
+def test_what_json_loads_refuses_and_what_is_not_a_body_read_as_none(raw: Any) -> None:
+    assert json_message(raw) is None  # a BOM left in text, data after the value, not bytes or str
 
 
 def test_answers_are_told_by_id_and_kind() -> None:

@@ -21,20 +21,26 @@ OnAnswer = Callable[[object, Answer], None]
 OnEnd = Callable[[BaseException | None], None]
 
 _BOM = b"\xef\xbb\xbf"  # json.loads skips a UTF-8 byte-order mark: so does this
+_DECODER = json.JSONDecoder()  # what json.loads uses when given no options, without its checks of type
 _MAX_EVENT_BYTES = 4 * 1024 * 1024  # past this an event is not parsed (the SDK caps events at 1 MiB)
 
 
-def json_message(payload: bytes | str) -> object:
-    """One JSON-RPC message's bytes parsed, or None. UTF-8 only (JSON over HTTP is UTF-8, and the mcp
-    SDK reads nothing else): decoding first spares json.loads its search for UTF-16 and UTF-32."""
-    if type(payload) is bytes:
+def json_message(payload: bytes | bytearray | str) -> object:
+    """One JSON-RPC message's bytes parsed, or None, whatever it is given. UTF-8 only (JSON over
+    HTTP is UTF-8, and the mcp SDK reads nothing else): decoding first spares the search for UTF-16
+    and UTF-32 that json.loads makes, and the decoder is called without json.loads' checks."""
+    if isinstance(payload, (bytes, bytearray)):
         try:
-            payload = (payload[3:] if payload.startswith(_BOM) else payload).decode("utf-8")
+            text = (payload[3:] if payload.startswith(_BOM) else payload).decode("utf-8")
         except UnicodeDecodeError:
             return None
+    elif isinstance(payload, str):
+        text = payload
+    else:
+        return None  # the decoder takes str only, and raises TypeError on anything else
     try:
-        return json.loads(payload)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return _DECODER.decode(text)  # a str that still opens with a BOM is refused, as by loads
+    except (ValueError, RecursionError):
         return None
 
 
