@@ -84,8 +84,7 @@ async def _run(quick: bool) -> Section:
                     plugin.uninstrument()
                 if httpx is not None:
                     httpx.uninstrument()
-            _report(section, label, latencies)
-            _report_warm_floor(section, label, warm, percentile(_pooled(latencies)["plain"], 50))
+            _report(section, label, latencies, warm)
     tracer_provider.shutdown()
     section.notes.append(
         f"{blocks} blocks of {per_block} calls per arm, alternating (each after {SETTLE} uncounted calls), "
@@ -159,10 +158,6 @@ async def _block(client: Client, calls: int) -> list[float]:
     return latencies
 
 
-def _pooled(arms: dict[str, list[list[float]]]) -> dict[str, list[float]]:
-    return {arm: [x for block in blocks for x in block] for arm, blocks in arms.items()}
-
-
 def _report_warm_floor(section: Section, label: str, samples: list[float], plain_p50_ms: float) -> None:
     plain_us = plain_p50_ms * 1000
     budget_us = (TARGET_P50 - 1) * plain_us
@@ -174,8 +169,8 @@ def _report_warm_floor(section: Section, label: str, samples: list[float], plain
     )
 
 
-def _report(section: Section, label: str, arms: dict[str, list[list[float]]]) -> None:
-    pooled = _pooled(arms)
+def _report(section: Section, label: str, arms: dict[str, list[list[float]]], warm: list[float]) -> None:
+    pooled = {arm: [x for block in blocks for x in block] for arm, blocks in arms.items()}
     plain = pooled["plain"]
     p50, p99 = percentile(plain, 50), percentile(plain, 99)
     section.add(f"{label}: plain p50 / p99", f"{p50:.3f} / {p99:.3f} ms")
@@ -206,6 +201,7 @@ def _report(section: Section, label: str, arms: dict[str, list[list[float]]]) ->
         section.add(
             f"{label}: {name}, added per call at p50", f"{(arm50 - p50) * 1000:.0f} us of {p50 * 1000:.0f} us"
         )
+    _report_warm_floor(section, label, warm, p50)
 
 
 if __name__ == "__main__":

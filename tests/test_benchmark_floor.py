@@ -47,10 +47,10 @@ async def one_call(url: str) -> None:
 async def test_the_floor_asks_the_sdk_for_nothing_the_plugin_does_not(
     server: Any, instrument: Any, telemetry: Any
 ) -> None:
-    instrument(servers=declared(server.url))
+    plugin_instrumentor = instrument(servers=declared(server.url))
     await one_call(server.url)
     plugin = written(telemetry)
-    instrument().uninstrument()
+    plugin_instrumentor.uninstrument()
 
     floor_telemetry = type(telemetry)()  # the same global tracer provider, emptied; a new meter provider
     with telemetry_floor(floor_telemetry.tracer_provider, floor_telemetry.meter_provider):

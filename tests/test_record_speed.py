@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from benchmarks._common import clean_record
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import AttemptRow, build_record, record_refusal, validate_record
@@ -25,17 +26,7 @@ def full_record(size: int = ROWS) -> dict[str, Any]:
         AttemptRow(429, "throttle", "unknown", "first" if i == 0 else "app", 1000 + i) for i in range(size)
     ]
     rows[-1] = AttemptRow(200, "", "applied", "app", 0)
-    return build_record(
-        policy="app-authorized",
-        sent=size,
-        effect="applied",
-        verdict="completed",
-        may_have_run=False,
-        endpoint="billing",
-        tool="search",
-        request_id="7",
-        rows=rows,
-    )
+    return clean_record(rows)
 
 
 class StrSub(str):
