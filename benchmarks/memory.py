@@ -7,7 +7,7 @@ network kind, repeated). Four callers share one Client. The pipeline is producti
 BatchSpanProcessor(RedactingSpanExporter(exporter that drops spans)), an SDK MeterProvider.
 
 RSS (VmRSS) is read after a warm-up and after the run, each time after the span queue is flushed and
-gc.collect(). Then: the SSE ledger map empty, no CallState or ToolRequest alive, the retry budget
+gc.collect(). Then: the SSE ledger map empty, no ToolCall or Attempt alive, the retry budget
 map and the redaction caches within their bounds, and once the Client has closed, no task or file
 descriptor more than before it opened.
 """
@@ -32,9 +32,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from benchmarks._common import NoopExporter, Section, declared, rss_kib, section_main, server_process
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter, record
 from otel_mcp_replay import runtime as replay_runtime
-from otel_mcp_replay.budget import ENDPOINTS_KEPT
-from otel_mcp_replay.calls import CallState, ToolRequest
-from otel_mcp_replay.patches import httpx2_send
+from otel_mcp_replay.call import Attempt, ToolCall
+from otel_mcp_replay.policy import ENDPOINTS_KEPT
 
 TARGET_GROWTH_KIB = 5 * 1024
 CALLERS = 4
@@ -70,13 +69,14 @@ async def _run(quick: bool) -> Section:
                 elapsed = time.monotonic() - started
                 after = _settle(processor)
             tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
-            rt = replay_runtime.current()
+            rt = replay_runtime.PROCESS.runtime
             budgets = len(rt.budgets) if rt is not None else -1
+            waiting = len(rt.sse_waiting) if rt is not None else -1
         finally:
             plugin.uninstrument()
     gc.collect()
-    call_states = sum(1 for o in gc.get_objects() if type(o) is CallState)
-    tool_requests = sum(1 for o in gc.get_objects() if type(o) is ToolRequest)
+    calls_alive = sum(1 for o in gc.get_objects() if type(o) is ToolCall)
+    attempts_alive = sum(1 for o in gc.get_objects() if type(o) is Attempt)
     growth = after - before
     section.add(
         f"RSS growth over {calls:,} calls (after a {warmup:,}-call warm-up)",
@@ -86,10 +86,9 @@ async def _run(quick: bool) -> Section:
     )
     section.add("calls: answered / tool error / failed", _outcomes(outcomes))
     section.add("throughput (4 callers)", f"{calls / elapsed:.0f} calls/s, {elapsed:.1f} s")
-    waiting = len(httpx2_send.SSE_WAITING)
-    section.add("SSE ledger map (SSE_WAITING) after", str(waiting), "0", waiting == 0)
-    alive = f"{call_states} / {tool_requests}"
-    section.add("CallState / ToolRequest objects alive after", alive, "0 / 0", alive == "0 / 0")
+    section.add("SSE waiters (runtime.sse_waiting) after", str(waiting), "0", waiting == 0)
+    alive = f"{calls_alive} / {attempts_alive}"
+    section.add("ToolCall / Attempt objects alive after", alive, "0 / 0", alive == "0 / 0")
     section.add(
         "retry budget map (endpoints kept)",
         str(budgets),

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, clean_record, median, per_op_us, section_main
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.calls import file_record
+from otel_mcp_replay.call import file_record
 from otel_mcp_replay.record import AttemptRow, validate_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 

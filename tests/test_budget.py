@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mcp_replay.budget import (
+from otel_mcp_replay.declaration import COMPATIBILITY, Settings
+from otel_mcp_replay.law import MAX_RETRY_AFTER_MS, Declined, Outcome, Target, retry_after_ms
+from otel_mcp_replay.policy import (
     BACKOFF_CAP_MS,
     ENDPOINTS_KEPT,
-    MAX_RETRY_AFTER_MS,
+    ReplayPolicy,
     RetryBudget,
     RetryBudgets,
-    SeriesBudget,
+    Wait,
     backoff_ms,
-    retry_after_ms,
 )
-from otel_mcp_replay.declaration import Settings
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 NOW_S = NOW.timestamp()
@@ -124,49 +124,88 @@ def test_backoff_counts_repeats_from_one() -> None:
         backoff_ms(0, random.Random())
 
 
-# --- one call's budget -------------------------------------------------------------------------
+# --- one request's budget, asked through its policy ------------------------------------------------
+
+
+class Series:
+    """A 429'd tool call under compatibility (which repeats it), asking its policy after each."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.policy = ReplayPolicy(COMPATIBILITY, Target(tool="search"), settings)
+
+    def next_wait_ms(self, server_wait_ms: int | None, rng: random.Random) -> int | None:
+        decision, self.policy = self.policy.after(Outcome(429, "throttle", "unknown", server_wait_ms), rng)
+        if isinstance(decision, Wait):
+            return decision.ms
+        assert decision == Declined("budget")
+        return None
+
+    @property
+    def waited_ms(self) -> int:
+        return self.policy.waited_ms
 
 
 def test_attempts_include_the_first() -> None:
-    budget = SeriesBudget(Settings(max_attempts=3))
+    budget = Series(Settings(max_attempts=3))
     rng = random.Random(1)
-    assert budget.next_wait_ms(1, 0, rng) == 0
-    assert budget.next_wait_ms(2, 0, rng) == 0
-    assert budget.next_wait_ms(3, 0, rng) is None
+    assert budget.next_wait_ms(0, rng) == 0
+    assert budget.next_wait_ms(0, rng) == 0
+    assert budget.next_wait_ms(0, rng) is None
+    assert budget.policy.attempts == 3
 
 
 def test_one_attempt_means_no_repeat() -> None:
-    assert SeriesBudget(Settings(max_attempts=1)).next_wait_ms(1, 0, random.Random()) is None
+    assert Series(Settings(max_attempts=1)).next_wait_ms(0, random.Random()) is None
 
 
 def test_the_server_s_wait_is_honoured_and_counted() -> None:
-    budget = SeriesBudget(Settings(max_attempts=5, max_wait_ms=10_000))
-    assert budget.next_wait_ms(1, 4000, random.Random()) == 4000
-    assert budget.next_wait_ms(2, 6000, random.Random()) == 6000
+    budget = Series(Settings(max_attempts=5, max_wait_ms=10_000))
+    assert budget.next_wait_ms(4000, random.Random()) == 4000
+    assert budget.next_wait_ms(6000, random.Random()) == 6000
     assert budget.waited_ms == 10_000
-    assert budget.next_wait_ms(3, 1, random.Random()) is None
+    assert budget.next_wait_ms(1, random.Random()) is None
 
 
 def test_a_retry_after_past_the_cap_declines_and_is_never_shortened() -> None:
-    budget = SeriesBudget(Settings(max_attempts=5, max_wait_ms=10_000))
-    assert budget.next_wait_ms(1, 10_001, random.Random()) is None
+    budget = Series(Settings(max_attempts=5, max_wait_ms=10_000))
+    assert budget.next_wait_ms(10_001, random.Random()) is None
     assert budget.waited_ms == 0  # a declined wait is not spent
-    assert budget.next_wait_ms(1, 10_000, random.Random()) == 10_000
+    assert budget.next_wait_ms(10_000, random.Random()) == 10_000
 
 
 def test_our_own_backoff_past_the_cap_declines_too() -> None:
-    assert SeriesBudget(Settings(max_wait_ms=0)).next_wait_ms(1, None, random.Random()) is None
-    assert SeriesBudget(Settings(max_wait_ms=0)).next_wait_ms(1, 0, random.Random()) == 0
-    budget = SeriesBudget(Settings(max_wait_ms=99))  # the first backoff is 100..200 ms
-    assert budget.next_wait_ms(1, None, random.Random()) is None
+    assert Series(Settings(max_wait_ms=0)).next_wait_ms(None, random.Random()) is None
+    assert Series(Settings(max_wait_ms=0)).next_wait_ms(0, random.Random()) == 0
+    budget = Series(Settings(max_wait_ms=99))  # the first backoff is 100..200 ms
+    assert budget.next_wait_ms(None, random.Random()) is None
 
 
 def test_without_a_server_wait_the_backoff_is_used() -> None:
-    budget = SeriesBudget(Settings(max_attempts=4))
+    budget = Series(Settings(max_attempts=4))
     rng, twin = random.Random(5), random.Random(5)
-    waits = [budget.next_wait_ms(n, None, rng) for n in (1, 2, 3)]
+    waits = [budget.next_wait_ms(None, rng) for _ in (1, 2, 3)]
     assert waits == [backoff_ms(n, twin) for n in (1, 2, 3)]
     assert budget.waited_ms == sum(w for w in waits if w is not None)
+
+
+def test_a_policy_is_never_changed_only_replaced() -> None:
+    first = ReplayPolicy(COMPATIBILITY, Target(tool="search"), Settings())
+    decision, second = first.after(Outcome(429, "throttle", "unknown", 5), random.Random())
+    assert decision == Wait(5, decision.permission) and decision.permission is not None  # type: ignore[union-attr]
+    assert (first.attempts, first.waited_ms) == (1, 0)
+    assert (second.attempts, second.waited_ms) == (2, 5)
+    done, same = second.after(Outcome(200, None, "applied"), random.Random())
+    assert done is None and same is second
+
+
+def test_a_failure_the_law_does_not_permit_is_declined_before_the_budget_is_asked() -> None:
+    policy = ReplayPolicy(COMPATIBILITY, Target(tool="search"), Settings())
+    decision, after = policy.after(Outcome(503, "error", "unknown"), random.Random())
+    assert decision == Declined("not-retryable") and after is policy
+    closed = ReplayPolicy(COMPATIBILITY, Target(tool="search"), Settings(), fail_closed=True)
+    assert closed.after(Outcome(429, "throttle", "unknown", 0), random.Random())[0] == Declined(
+        "not-permitted"
+    )
 
 
 @settings(max_examples=200)
@@ -178,10 +217,10 @@ def test_without_a_server_wait_the_backoff_is_used() -> None:
 def test_total_waiting_never_passes_the_cap(
     max_attempts: int, cap: int, server_waits: list[int | None]
 ) -> None:
-    budget = SeriesBudget(Settings(max_attempts=max_attempts, max_wait_ms=cap))
+    budget = Series(Settings(max_attempts=max_attempts, max_wait_ms=cap))
     rng = random.Random(0)
     for sent, server in enumerate(server_waits, start=1):
-        wait = budget.next_wait_ms(sent, server, rng)
+        wait = budget.next_wait_ms(server, rng)
         if wait is None:
             break
         assert sent < max_attempts

@@ -145,7 +145,11 @@ def telemetry_strings() -> dict[str, str]:
 
 
 def _is_span_or_metric_name(name: str) -> bool:
-    return name == "INSTRUMENTATION_NAME" or name.startswith("METRIC_") or name.endswith("_PREFIX")
+    return (
+        name == "INSTRUMENTATION_NAME"
+        or name.startswith("METRIC_")
+        or name.endswith(("_PREFIX", "_METHOD"))  # span names, and the method of a tool call
+    )
 
 
 def plugin_attribute_keys() -> set[str]:

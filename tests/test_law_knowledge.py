@@ -7,30 +7,67 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.declaration import COMPATIBILITY, declaration_of
 from otel_mcp_replay.law import (
-    Effect,
+    NO_RESPONSE,
+    NOT_SENT,
+    Outcome,
     RequestFacts,
     SeriesKnowledge,
-    attempt_effect,
-    needs_series,
+    classify,
 )
+from otel_mcp_replay.telemetry import Effect
 
-# --- one attempt ------------------------------------------------------------------------------
+# --- one attempt: what a response says (classify), without I/O ---------------------------------
 
 
 def test_an_attempt_never_sent_has_no_effect() -> None:
-    assert attempt_effect(sent=False, result_came=False) == "none"
+    assert Outcome(0, "network", "none") == NOT_SENT
 
 
 def test_an_attempt_answered_with_a_result_applied() -> None:
     """A JSON-RPC result came back, isError or not: the tool ran."""
-    assert attempt_effect(sent=True, result_came=True) == "applied"
+    assert classify(200, "result") == Outcome(200, None, "applied", answered=True)
 
 
-def test_an_attempt_sent_without_a_result_is_unknown() -> None:
+@pytest.mark.parametrize(
+    ("status", "reply", "failure"),
+    [
+        (429, None, "throttle"),
+        (503, None, "error"),
+        (400, None, "error"),
+        (200, "error", "error"),  # a JSON-RPC error: answered, and still not proof it did not run
+        (200, "other", "error"),  # a body without the answer to this id
+        (202, "accepted", "network"),  # accepted, and no answer will follow
+    ],
+)
+def test_an_attempt_sent_without_a_result_is_unknown(status: int, reply: str | None, failure: str) -> None:
     """A 429, a 5xx, a JSON-RPC error, a drop: none of them proves the tool did not run."""
-    assert attempt_effect(sent=True, result_came=False) == "unknown"
+    outcome = classify(status, reply)  # type: ignore[arg-type]
+    assert (outcome.failure, outcome.effect) == (failure, "unknown")
+    assert outcome.answered == (reply == "error")
+
+
+def test_a_cut_body_is_as_good_as_no_response() -> None:
+    assert classify(200, "cut") == NO_RESPONSE == Outcome(0, "network", "unknown")
+
+
+def test_an_answer_still_to_come_leaves_the_effect_open_until_the_stream_says() -> None:
+    pending = classify(200, "later")
+    assert pending.effect is None and pending.failure is None
+    assert pending.after_stream("result") == Outcome(200, None, "applied", answered=True)
+    assert pending.after_stream("error") == Outcome(200, "error", "unknown", answered=True)
+    assert pending.after_stream(None) == Outcome(200, "network", "unknown")
+
+
+def test_a_redirect_is_unknown_and_not_a_failure() -> None:
+    assert classify(307, None) == Outcome(307, None, "unknown")
+
+
+def test_a_refusal_carries_the_servers_wait() -> None:
+    assert classify(429, None, retry_after="3").server_wait_ms == 3000
+    busy = classify(409, None, session_busy=True, retry_after="1")
+    assert (busy.failure, busy.effect, busy.server_wait_ms) == ("session-busy", "unknown", 1000)
+    assert classify(503, None, retry_after="3").server_wait_ms is None  # read only on a refusal
 
 
 # --- a series: uncertainty survives, evidence is never erased ---------------------------------
@@ -82,23 +119,22 @@ def test_a_word_that_is_not_an_effect_is_refused() -> None:
 
 
 def test_facts_count_what_was_sent() -> None:
-    facts = RequestFacts(7, watched=True)
-    assert facts.id == 7 and facts.sent == 0
+    facts = RequestFacts()
+    assert facts.sent == 0
     facts.sent_one()
     facts.sent_one()
     assert facts.sent == 2
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
-    facts = RequestFacts("a", watched=True)
+    facts = RequestFacts()
     facts.sent_one()
     facts.no_answer()
     assert not facts.uncertain
 
 
 def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() -> None:
-    facts = RequestFacts(1, watched=True)
-    facts.app_authorized_policy()
+    facts = RequestFacts(app_authorized=True)
     facts.sent_one()
     facts.no_answer()
     facts.sent_one()
@@ -108,8 +144,7 @@ def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() 
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
-    facts = RequestFacts(1, watched=True)
-    facts.app_authorized_policy()
+    facts = RequestFacts(app_authorized=True)
     facts.sent_one()
     facts.delivered_status(202)
     assert facts.accepted_without_answer and facts.uncertain
@@ -117,17 +152,8 @@ def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
     assert not facts.accepted_without_answer and not facts.uncertain
 
 
-def test_an_unwatched_connection_never_decides_by_its_answers() -> None:
-    facts = RequestFacts(1, watched=False)
-    facts.app_authorized_policy()
-    facts.sent_one()
-    facts.delivered_status(200)
-    assert not facts.accepted_without_answer and not facts.uncertain
-
-
 def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
-    facts = RequestFacts(1, watched=True)
-    facts.app_authorized_policy()
+    facts = RequestFacts(app_authorized=True)
     for _ in range(3):
         facts.sent_one()
     facts.delivered_status(429)
@@ -135,15 +161,14 @@ def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
 
 
 def test_the_first_delivered_status_stands() -> None:
-    facts = RequestFacts(1, watched=True)
-    facts.app_authorized_policy()
+    facts = RequestFacts(app_authorized=True)
     facts.delivered_status(503)
     facts.delivered_status(200)
     assert not facts.accepted_without_answer
 
 
 def test_the_first_settlement_stands() -> None:
-    facts = RequestFacts(1, watched=True)
+    facts = RequestFacts()
     assert facts.verdict is None and not facts.may_have_run
     facts.settle("failed", True)
     facts.settle("completed", False)
@@ -152,15 +177,4 @@ def test_the_first_settlement_stands() -> None:
 
 def test_only_a_failed_call_may_have_run() -> None:
     with pytest.raises(ValueError):
-        RequestFacts(1, watched=True).settle("completed", True)
-
-
-# --- when a series is needed ------------------------------------------------------------------
-
-
-def test_needs_series() -> None:
-    assert not needs_series(COMPATIBILITY)
-    assert not needs_series(declaration_of({"tools": {"charge": {"changes": True}}}))
-    assert needs_series(declaration_of({"tools": {"search": {"on": ["network"]}}}))
-    assert needs_series(declaration_of({"policy": "app-authorized"}))
-    assert needs_series(declaration_of({"adapter": "agentcore-runtime"}))
+        RequestFacts().settle("completed", True)

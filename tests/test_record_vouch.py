@@ -21,7 +21,7 @@ from tests.test_redaction import full_record
 from otel_mcp_replay import record as record_module
 from otel_mcp_replay import redaction as redaction_module
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.calls import file_record
+from otel_mcp_replay.call import file_record
 from otel_mcp_replay.record import vouch, vouched_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 

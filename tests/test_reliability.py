@@ -58,7 +58,6 @@ from otel_mcp_replay.demo.faults import (
 from otel_mcp_replay.demo.proxy import TcpProxy
 from otel_mcp_replay.demo.receiver import OtlpReceiver
 from otel_mcp_replay.demo.server import ServerHandle, running_server
-from otel_mcp_replay.patches.httpx2_send import SSE_WAITING
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
@@ -142,14 +141,18 @@ async def no_leaks(what: str) -> Any:
     gc.collect()
     fds_before = open_fds()
     tasks_before = len(asyncio.all_tasks())
+    runtimes = [_runtime.PROCESS.runtime]
     yield
+    runtimes.append(_runtime.PROCESS.runtime)
     assert await settled(lambda: len(asyncio.all_tasks()) <= tasks_before), (
         f"{what}: asyncio tasks left behind: {task_names()}"
     )
     assert await settled(lambda: open_fds() <= fds_before + FD_SLACK), (
         f"{what}: file descriptors leaked: {fds_before} before, {open_fds()} after"
     )
-    assert not SSE_WAITING, f"{what}: SSE_WAITING holds {len(SSE_WAITING)} entries"
+    for rt in runtimes:
+        waiting = rt.sse_waiting if rt is not None else {}
+        assert not waiting, f"{what}: the SSE waiters hold {len(waiting)} entries"
 
 
 def seed_for(long_run: bool) -> int:
@@ -951,7 +954,7 @@ async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycl
 
         for name, (owner, attr, original) in ORIGINALS.items():
             assert getattr(owner, attr) is original, f"{name} is still patched"
-        assert _runtime.current() is None
+        assert _runtime.PROCESS.runtime is None
         server.faults.clear()
         telemetry.exporter.clear()
         result = await client.call_tool("search", {"query": "after"})

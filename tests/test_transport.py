@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from conftest import Telemetry, attempt_spans, records, the_record
-from otel_mcp_replay import ReplayUnavailableError, UnknownEffectError
+from otel_mcp_replay import McpReplayInstrumentor, ReplayUnavailableError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.demo.faults import (
     DropAfterExecution,
@@ -252,23 +252,25 @@ async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_e
     the answer), and only through a client sse_client built, which exists before any call on its
     session: a call made while there is no such client is not wrapped in a cancel scope."""
     from otel_mcp_replay.patches import session as session_patch
-    from otel_mcp_replay.patches.httpx2_send import SSE_CLIENTS
 
     scoped = 0
-    real = session_patch._call_ending_on_failure
+    real = session_patch._stoppable
 
     async def counted(*args: Any) -> Any:
         nonlocal scoped
         scoped += 1
         return await real(*args)
 
-    monkeypatch.setattr(session_patch, "_call_ending_on_failure", counted)
+    monkeypatch.setattr(session_patch, "_stoppable", counted)
     app = {"policy": "app-authorized", "tools": {}}
     instrument(servers={sse_server.origin: app, server.url: app})
+    runtime = McpReplayInstrumentor().runtime
+    assert runtime is not None
+    sse_clients = runtime.sse_clients
 
     gc.collect()  # an earlier test's SSE client, in a reference cycle, is gone
     async with Client(server.url) as client:
-        assert not SSE_CLIENTS
+        assert not sse_clients
         assert (await client.call_tool("search", {"query": "streamable"})).is_error is False
         assert scoped == 0
         sse_server.faults.add("search", DropBeforeExecution())
@@ -279,7 +281,7 @@ async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_e
             assert (await client.call_tool("search", {"query": "meanwhile"})).is_error is False
             assert scoped == 2  # harmless: a scope nobody cancels
         gc.collect()
-        assert not SSE_CLIENTS  # the SSE client is gone with its transport
+        assert not sse_clients  # the SSE client is gone with its transport
         assert (await client.call_tool("search", {"query": "after"})).is_error is False
         assert scoped == 2
 

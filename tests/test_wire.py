@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from otel_mcp_replay.ledger import AnswerWatch, SseAnswers, answer_of, json_message
-from otel_mcp_replay.patches.httpx2_send import _accept_and_content_type
+from otel_mcp_replay.patches.http_send import _accept_and_content_type
 
 RESULT = {"jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}
 

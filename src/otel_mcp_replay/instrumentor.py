@@ -1,4 +1,4 @@
-"""`McpReplayInstrumentor`: reads the configuration once, then patches three public seams.
+"""`McpReplayInstrumentor`: reads the configuration once, binds it into the seams, and wraps them.
 
 `instrument()` with an invalid keyword raises (the app wrote it); a configuration error found in
 the environment is logged at ERROR naming the variable and field, and the plugin runs fail-closed:
@@ -8,8 +8,10 @@ auto-instrumentation loader goes on to load the instrumentors after this one.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
@@ -18,22 +20,31 @@ from opentelemetry.metrics import get_meter
 from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
-from otel_mcp_replay import runtime as _runtime
-from otel_mcp_replay.budget import RetryBudgets
 from otel_mcp_replay.config import resolve
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.runtime import Instruments, Runtime
+from otel_mcp_replay.patches import http_send, session, sse, stdio
+from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime
 from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
 
-_PATCHES = (
-    ("httpx2", "AsyncClient.send", "otel_mcp_replay.patches.httpx2_send", "send"),
-    ("mcp.client.session", "ClientSession.call_tool", "otel_mcp_replay.patches.session", "call_tool"),
-    ("mcp.client.sse", "sse_client", "otel_mcp_replay.patches.sse", "sse_client"),
-    ("mcp.client.stdio", "stdio_client", "otel_mcp_replay.patches.stdio", "stdio_client"),
-    # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
-    ("mcp.client.client", "stdio_client", "otel_mcp_replay.patches.stdio", "stdio_client"),
-)
+
+def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
+    """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
+    import httpx2
+
+    return [
+        (
+            "httpx2",
+            "AsyncClient.send",
+            functools.partial(http_send.send, rt, http_send.HttpClient.of(httpx2)),
+        ),
+        ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
+        ("mcp.client.sse", "sse_client", functools.partial(sse.sse_client, rt)),
+        ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
+        # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
+        ("mcp.client.client", "stdio_client", stdio.stdio_client),
+    ]
 
 
 class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -44,35 +55,40 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
     """
 
+    _wrapped: list[tuple[str, str]] = []
+
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The runtime bound into the seams while instrumented."""
+        return PROCESS.runtime
 
     def _instrument(self, **kwargs: Any) -> None:
         resolved = resolve(kwargs, os.environ)  # raises only for what the keywords say
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
-        _runtime.install(
-            Runtime(
-                tracer=tracer,
-                instruments=Instruments.on(meter),
-                servers=resolved.servers,
-                settings=resolved.settings,
-                budgets=RetryBudgets(resolved.settings.retry_budget),
-                fail_closed=resolved.fail_closed,
-            )
+        rt = Runtime(
+            tracer=tracer,
+            instruments=Instruments.on(meter),
+            servers=resolved.servers,
+            settings=resolved.settings,
+            budgets=RetryBudgets(resolved.settings.retry_budget),
+            fail_closed=resolved.fail_closed,
         )
-        import importlib
-
-        for module, name, patch_module, patch in _PATCHES:
-            wrap_function_wrapper(module, name, getattr(importlib.import_module(patch_module), patch))
+        PROCESS.runtime = rt
+        self._wrapped = []
+        for module, name, wrapper in _seams(rt):
+            wrap_function_wrapper(module, name, wrapper)
+            self._wrapped.append((module, name))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import importlib
-
-        for module, name, _, _ in _PATCHES:
+        for module, name in self._wrapped:
             owner, _, attr = name.rpartition(".")
             target: object = importlib.import_module(module)
             if owner:
                 target = getattr(target, owner)
             unwrap(target, attr)
-        _runtime.install(None)
+        self._wrapped = []
+        PROCESS.runtime = None

@@ -1,25 +1,40 @@
 """The replay law: who may send a request again, and what is known of what each attempt did.
 
-The rule, as CONTRACT.md's table: PERMISSION to repeat a tool call comes only from the app's
-declaration (or, on a 429 under `compatibility`, from that policy's recorded assumption, or from
-the adapter's own refusal); a tool that makes changes is never repeated without its idempotency
-key. KNOWLEDGE of an attempt's effect comes only from what came back: `none` only when never sent,
-`applied` when a JSON-RPC result came, else `unknown`. Neither is read from the other.
+PERMISSION to repeat a tool call comes only from the app's declaration (or, on a 429 under
+`compatibility`, from that policy's recorded assumption, or from the adapter's own refusal); a tool
+that makes changes is never repeated without its idempotency key. KNOWLEDGE of an attempt's effect
+comes only from what came back (`classify`): `none` only when never sent, `applied` when a JSON-RPC
+result came, else `unknown`. Neither is read from the other. Pure: no I/O, no mcp, no HTTP client.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from datetime import timezone
+from email.utils import parsedate_to_datetime
 from itertools import repeat
 from operator import is_
 from typing import Final, Literal
 
+from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.telemetry import (
+    Assumption,
+    CallVerdict,
+    DeclinedReason,
+    Effect,
+    FailureKind,
+    PermissionBy,
+)
 
-FailureKind = Literal["throttle", "session-busy", "network", "error"]
-Effect = Literal["none", "unknown", "applied"]
-CallVerdict = Literal["completed", "tool-error", "failed"]
-DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key", "budget"]
+# What a 2xx reply said of the request's JSON-RPC answer, as the seam read it:
+# "result"/"error": the answer to this id came; "other": the body held no answer to this id;
+# "later": it comes on a stream still to be read; "accepted": a 202, no answer will follow on it;
+# "cut": the body was cut before it was whole.
+Reply = Literal["result", "error", "other", "later", "accepted", "cut"]
+Answer = Literal["result", "error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +73,7 @@ def _tool_target(request: object, declaration: Declaration) -> Target | None:
     if type(request) is not dict:
         return None
     method = _get(request, "method")
-    if type(method) is not str or method != "tools/call":
+    if type(method) is not str or method != t.TOOLS_CALL_METHOD:
         return None
     params = _get(request, "params")
     if type(params) is not dict:
@@ -88,13 +103,16 @@ def target_of(body: object, declaration: Declaration) -> Target:
     return PROTOCOL if target is None else target
 
 
+# -- permission ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Permission:
     """What allowed a repeat: who, on which failure kind, and the assumption it rests on, if any."""
 
-    by: Literal["app", "compatibility", "adapter"]
+    by: PermissionBy
     on: FailureKind
-    assumes: Literal["refused-before-execution"] | None = None
+    assumes: Assumption | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +124,7 @@ class Repeat:
 
 @dataclass(frozen=True, slots=True)
 class Declined:
-    """Do not send it again, and why. `budget` is the caller's reason, asked after `permit`."""
+    """Do not send it again, and why. `budget` is the policy's reason, asked after `permit`."""
 
     reason: DeclinedReason
 
@@ -114,9 +132,10 @@ class Declined:
 Decision = Repeat | Declined
 
 _PROTOCOL_REPEAT: Final = Repeat(None)
-_NOT_RETRYABLE: Final = Declined("not-retryable")
-_NOT_PERMITTED: Final = Declined("not-permitted")
-_CHANGES_WITHOUT_KEY: Final = Declined("changes-without-key")
+NOT_RETRYABLE: Final = Declined("not-retryable")
+NOT_PERMITTED: Final = Declined("not-permitted")
+CHANGES_WITHOUT_KEY: Final = Declined("changes-without-key")
+BUDGET: Final = Declined("budget")
 _BY_APP_ON_THROTTLE: Final = Repeat(Permission("app", "throttle"))
 _BY_APP_ON_NETWORK: Final = Repeat(Permission("app", "network"))
 _BY_COMPATIBILITY: Final = Repeat(Permission("compatibility", "throttle", "refused-before-execution"))
@@ -133,12 +152,12 @@ def permit(
     """
     if not target.is_tool:
         if failure == "throttle":
-            return _PROTOCOL_REPEAT if retry_on_throttle else _NOT_PERMITTED
-        return _NOT_RETRYABLE
+            return _PROTOCOL_REPEAT if retry_on_throttle else NOT_PERMITTED
+        return NOT_RETRYABLE
     if failure == "error":
-        return _NOT_RETRYABLE
+        return NOT_RETRYABLE
     if target.batch:
-        return _NOT_PERMITTED
+        return NOT_PERMITTED
     # "" is a tools/call that named no tool: it matches no entry, whatever the app declared.
     entry = declaration.tools.get(target.tool) if target.tool else None
     named = entry.on if entry is not None else frozenset()
@@ -149,13 +168,13 @@ def permit(
         elif declaration.policy == "compatibility" and retry_on_throttle:
             decision = _BY_COMPATIBILITY
         else:
-            decision = _NOT_PERMITTED
+            decision = NOT_PERMITTED
     elif failure == "network":
-        decision = _BY_APP_ON_NETWORK if "network" in named else _NOT_PERMITTED
+        decision = _BY_APP_ON_NETWORK if "network" in named else NOT_PERMITTED
     elif failure == "session-busy":
         decision = _BY_ADAPTER
     else:  # a word outside FailureKind: nothing permits what the law does not know
-        return _NOT_RETRYABLE
+        return NOT_RETRYABLE
     # THE SIDE-EFFECT GUARD: a retry of an effect without a key can apply it twice.
     if (
         isinstance(decision, Repeat)
@@ -163,29 +182,104 @@ def permit(
         and entry.changes
         and not (declaration.key_argument is not None and target.key_carried)
     ):
-        return _CHANGES_WITHOUT_KEY
+        return CHANGES_WITHOUT_KEY
     return decision
 
 
-def needs_series(declaration: Declaration) -> bool:
-    """Whether tool calls under `declaration` need a retry series even with the 429 rule off.
+# -- knowledge: what one attempt came to -----------------------------------------------------------
 
-    A tool declared repeatable (on anything), the `app-authorized` policy (its record and its
-    "may have run" rest on the series) or an adapter (its own refusals are repeated).
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one attempt came to. Immutable: a later fact makes a new Outcome (`answered`)."""
+
+    status: int  # 0: no response
+    failure: FailureKind | None  # None: no failure (for a tools/call: its result came, or may yet)
+    effect: Effect | None  # None: delivered, its answer still to come on a stream
+    server_wait_ms: int | None = None  # Retry-After, when the server sent one
+    answered: bool = False  # the JSON-RPC answer to the request's id came (a result or an error)
+
+    def after_stream(self, kind: Answer | None) -> Outcome:
+        """The same attempt once its stream said what it came to (None: it ended without the answer)."""
+        if kind == "result":
+            return Outcome(self.status, None, "applied", answered=True)
+        if kind == "error":
+            return Outcome(self.status, "error", "unknown", answered=True)
+        return Outcome(self.status, "network", "unknown")
+
+
+NOT_SENT: Final = Outcome(0, "network", "none")  # the connection was never made: nothing can have run
+NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
+PENDING: Final = Outcome(0, None, None)  # not yet known
+
+
+def classify(
+    status: int,
+    reply: Reply | None,
+    *,
+    session_busy: bool = False,
+    retry_after: str | None = None,
+    now_epoch_s: float = 0.0,
+) -> Outcome:
+    """What a received response says of the attempt. `reply` is what its body said of the JSON-RPC
+    answer (None: the body is not read, e.g. the SSE transport's 202, whose answer comes on the GET
+    stream). A refusal (429, an adapter's) is `unknown`: it is not proof that nothing ran."""
+    if status == 429 or session_busy:
+        wait = retry_after_ms(retry_after, now_epoch_s)
+        return Outcome(status, "throttle" if status == 429 else "session-busy", "unknown", wait)
+    if status >= 400:
+        return Outcome(status, "error", "unknown")
+    if not 200 <= status < 300:
+        return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
+    if reply is None or reply == "later":
+        return Outcome(status, None, None)
+    if reply == "result":
+        return Outcome(status, None, "applied", answered=True)
+    if reply == "error":
+        return Outcome(status, "error", "unknown", answered=True)
+    if reply == "cut":
+        return NO_RESPONSE  # the response never arrived whole: as good as none
+    if reply == "accepted":
+        return Outcome(status, "network", "unknown")  # accepted, and no answer will follow
+    return Outcome(status, "error", "unknown")  # no answer to this id
+
+
+# A Retry-After longer than this is as good as never: it is held here, so it passes any sane cap
+# (and declines the repeat) without overflowing anything on the way.
+MAX_RETRY_AFTER_MS: Final = 86_400_000  # one day
+_DELTA_SECONDS: Final = re.compile(r"[0-9]+", re.ASCII)
+
+
+def retry_after_ms(value: str | None, now_epoch_s: float) -> int | None:
+    """A `Retry-After` header value as milliseconds to wait, or None when absent or malformed.
+
+    RFC 9110 §10.2.3: delta-seconds (a non-negative integer; a fraction or a sign is malformed)
+    or an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime forms). A date in the past
+    is 0. Never raises, whatever the text.
     """
-    return (
-        declaration.policy == "app-authorized"
-        or declaration.adapter is not None
-        or any(entry.on for entry in declaration.tools.values())
-    )
-
-
-def attempt_effect(sent: bool, result_came: bool) -> Effect:
-    """The effect of one attempt: `none` if never sent; `applied` if a JSON-RPC result came back
-    (`isError` or not); else `unknown`. A 429 or a refusal is not evidence that nothing ran."""
-    if not sent:
-        return "none"
-    return "applied" if result_came else "unknown"
+    if type(value) is not str:
+        return None
+    text = value.strip(" \t")
+    if _DELTA_SECONDS.fullmatch(text):
+        digits = text.lstrip("0") or "0"
+        # Enough digits to pass a day are a day: int() of a huge string would be slow or refused.
+        if len(digits) > 8:
+            return MAX_RETRY_AFTER_MS
+        return min(int(digits) * 1000, MAX_RETRY_AFTER_MS)
+    if len(text) > 64:  # no HTTP-date is this long: the date parser is not handed a server's essay
+        return None
+    try:
+        when = parsedate_to_datetime(text)
+        if when.tzinfo is None:  # an HTTP-date is always GMT
+            when = when.replace(tzinfo=timezone.utc)
+        delta_s = when.timestamp() - now_epoch_s
+    except Exception:  # the stdlib parser's errors differ across versions (TypeError, ValueError, ...)
+        return None
+    if not math.isfinite(delta_s):
+        return None
+    if delta_s <= 0:
+        return 0
+    return min(math.ceil(delta_s * 1000), MAX_RETRY_AFTER_MS)
 
 
 class SeriesKnowledge:
@@ -234,17 +328,11 @@ class RequestFacts:
         "_sent",
         "_unanswered",
         "_verdict",
-        "_watched",
-        "id",
     )
 
-    def __init__(self, request_id: str | int, watched: bool) -> None:
-        """`watched`: whether the connection's incoming messages are observed. Without that the
-        logical layer is unknown and never decides anything."""
-        self.id: str | int = request_id
-        self._watched = watched
+    def __init__(self, *, app_authorized: bool = False) -> None:
         self._sent = 0
-        self._app_authorized = False
+        self._app_authorized = app_authorized
         self._unanswered = False
         self._delivered: int | None = None
         self._answered = False
@@ -254,10 +342,6 @@ class RequestFacts:
     def sent_one(self) -> None:
         """The series sent the request once more."""
         self._sent += 1
-
-    def app_authorized_policy(self) -> None:
-        """The series runs under the `app-authorized` policy."""
-        self._app_authorized = True
 
     def no_answer(self) -> None:
         """The series: an attempt got no response at all. A received refusal is never this."""
@@ -287,12 +371,7 @@ class RequestFacts:
     @property
     def accepted_without_answer(self) -> bool:
         """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
-        return (
-            self._watched
-            and self._delivered is not None
-            and 200 <= self._delivered < 300
-            and not self._answered
-        )
+        return self._delivered is not None and 200 <= self._delivered < 300 and not self._answered
 
     @property
     def uncertain(self) -> bool:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Literal
+from typing import Any
 
-import httpx2
+from otel_mcp_replay.law import Answer
 
-Answer = Literal["result", "error"]
 # Called with the request id as the server sent it and what it carried.
 OnAnswer = Callable[[object, Answer], None]
 # Called once when the stream ends: None on a clean end, the exception on a cut.
@@ -111,10 +110,11 @@ def _line_end(buffer: bytes) -> tuple[int, int] | None:
     return None  # a CR at the very end: wait for the next byte to know whether LF follows
 
 
-class AnswerWatch(httpx2.AsyncByteStream):
-    """The response's own byte stream, passed through, with its answers and its end reported."""
+class AnswerWatch:
+    """The response's own byte stream, passed through, with its answers and its end reported. The
+    HTTP seam makes it a subclass of its client library's AsyncByteStream (HttpClient.of)."""
 
-    def __init__(self, inner: httpx2.AsyncByteStream, on_answer: OnAnswer, on_end: OnEnd) -> None:
+    def __init__(self, inner: Any, on_answer: OnAnswer, on_end: OnEnd) -> None:
         self._inner = inner
         self._events = SseAnswers(on_answer)
         self._on_end: OnEnd | None = on_end

@@ -1,22 +1,32 @@
-"""What one `instrument()` decided, read by the patches on every call: one immutable snapshot.
+"""What one `instrument()` decided, bound into every seam: the runtime.
 
-The patches never read the environment or re-check a declaration: `instrument()` builds this once,
-`uninstrument()` clears it, and a patch that finds none passes the call through untouched.
-A snapshot built from a configuration error is `fail_closed`: nothing repeats, spans still record.
+The rule: the seams never read the environment, re-check a declaration or look up a global per
+call. `instrument()` builds one `Runtime` and binds it into each wrapper (as contrib's httpx
+instrumentation binds its hooks); `uninstrument()` unwraps them. What must be shared by every call
+of the process (each endpoint's retry budget, the SSE connections being watched, what each session
+was declared under) lives in the Runtime. The one module global is `PROCESS`, for the redaction
+wrappers, which run without the instrumentor: the runtime in force, if any.
+A runtime built from a configuration error is `fail_closed`: nothing repeats, spans still record.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from opentelemetry.metrics import Counter, Histogram, Meter
+from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
 from opentelemetry.trace import Tracer
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.budget import RetryBudgets
-from otel_mcp_replay.declaration import NO_SERVERS, Servers, Settings
+from otel_mcp_replay.declaration import NO_SERVERS, Declaration, Servers, Settings, origin_of
+from otel_mcp_replay.policy import RetryBudgets
+
+logger = logging.getLogger("otel_mcp_replay")
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class Instruments:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Runtime:
     tracer: Tracer
     instruments: Instruments
@@ -57,35 +67,42 @@ class Runtime:
     budgets: RetryBudgets = field(default_factory=lambda: RetryBudgets((100, 0.1)))
     fail_closed: bool = False
     rng: random.Random = field(default_factory=random.Random)
+    logger: logging.Logger = logger
+    # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
+    origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
+    # Clients the SSE transport built: their GET stream carries the answers to their POSTs.
+    sse_clients: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    # Tool calls awaiting an answer on an SSE client's GET stream, by (client, JSON-RPC id).
+    sse_waiting: dict[tuple[int, object], Any] = field(default_factory=dict)
+    # What each session's sent calls were declared under: a call given up before it was sent files
+    # its record under the same policy and endpoint. Weak: a session gone is forgotten.
+    session_endpoints: weakref.WeakKeyDictionary[object, tuple[Declaration, str]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
 
 
-logger = logging.getLogger("otel_mcp_replay")
+class Process:
+    """What the redaction wrappers need of the instrumentor, when there is one."""
 
-_current: Runtime | None = None
+    __slots__ = ("_refused", "runtime")
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self._refused: Counter | None = None
+
+    def count_refused(self) -> None:
+        """A record refused by the redaction allow-list: counted on the instrumentor's meter, or on
+        the global meter provider's when the redaction runs without the instrumentor."""
+        if self.runtime is not None:
+            self.runtime.instruments.records_refused.add(1)
+            return
+        if self._refused is None:
+            self._refused = Instruments.on(get_meter(t.INSTRUMENTATION_NAME)).records_refused
+        self._refused.add(1)
 
 
-def current() -> Runtime | None:
-    return _current
-
-
-def install(runtime: Runtime | None) -> None:
-    global _current
-    _current = runtime
-
-
-_unbound_refused: Counter | None = None
+PROCESS = Process()
 
 
 def count_refused() -> None:
-    """A record refused by the redaction allow-list: counted on the instrumentor's meter, or on the
-    global meter provider's when the redaction runs without the instrumentor."""
-    global _unbound_refused
-    rt = _current
-    if rt is not None:
-        rt.instruments.records_refused.add(1)
-        return
-    if _unbound_refused is None:
-        from opentelemetry.metrics import get_meter
-
-        _unbound_refused = Instruments.on(get_meter(t.INSTRUMENTATION_NAME)).records_refused
-    _unbound_refused.add(1)
+    PROCESS.count_refused()

@@ -7,7 +7,7 @@ from this module, so a key added here without its allow-list entry fails a test.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, get_args
 
 INSTRUMENTATION_NAME: Final = "otel_mcp_replay"
 
@@ -88,17 +88,29 @@ ATTEMPT_SPAN_KEYS: Final = (
 )
 CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY, ERROR_TYPE)
 
-# The words each key may hold.
-POLICIES: Final = ("compatibility", "app-authorized")
-FAILURES: Final = ("throttle", "session-busy", "network", "error")
-DECLARABLE_KINDS: Final = ("throttle", "network")
-EFFECTS: Final = ("none", "unknown", "applied")
-PERMISSIONS_BY: Final = ("app", "compatibility", "adapter")
-ATTEMPT_PERMISSIONS: Final = ("first", *PERMISSIONS_BY)
-ASSUMPTIONS: Final = ("refused-before-execution",)
-DECLINED_REASONS: Final = ("not-retryable", "not-permitted", "changes-without-key", "budget")
-VERDICTS: Final = ("completed", "tool-error", "failed")
-ADAPTERS: Final = ("agentcore-runtime",)
+# The words each key may hold: each a type mypy checks at every use, and its tuple for run time.
+TOOLS_CALL_METHOD: Final = "tools/call"  # the method whose requests are tool calls
+Policy = Literal["compatibility", "app-authorized"]
+FailureKind = Literal["throttle", "session-busy", "network", "error"]
+DeclarableKind = Literal["throttle", "network"]
+Effect = Literal["none", "unknown", "applied"]
+PermissionBy = Literal["app", "compatibility", "adapter"]
+AttemptPermission = Literal["first", "app", "compatibility", "adapter"]
+Assumption = Literal["refused-before-execution"]
+DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key", "budget"]
+CallVerdict = Literal["completed", "tool-error", "failed"]
+Adapter = Literal["agentcore-runtime"]
+
+POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
+FAILURES: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
+DECLARABLE_KINDS: Final[tuple[DeclarableKind, ...]] = get_args(DeclarableKind)
+EFFECTS: Final[tuple[Effect, ...]] = get_args(Effect)
+PERMISSIONS_BY: Final[tuple[PermissionBy, ...]] = get_args(PermissionBy)
+ATTEMPT_PERMISSIONS: Final[tuple[AttemptPermission, ...]] = get_args(AttemptPermission)
+ASSUMPTIONS: Final[tuple[Assumption, ...]] = get_args(Assumption)
+DECLINED_REASONS: Final[tuple[DeclinedReason, ...]] = get_args(DeclinedReason)
+VERDICTS: Final[tuple[CallVerdict, ...]] = get_args(CallVerdict)
+ADAPTERS: Final[tuple[Adapter, ...]] = get_args(Adapter)
 
 MAX_RECORD_ROWS: Final = 100
 

@@ -11,17 +11,18 @@ from typing import Any
 import wrapt
 from mcp_types import JSONRPCRequest
 
-from otel_mcp_replay.calls import CURRENT_CALL
+from otel_mcp_replay.call import CURRENT_CALL
+from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
 class _OutboundWatch(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     async def send(self, item: Any) -> None:
         message = getattr(item, "message", None)
-        if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
+        if isinstance(message, JSONRPCRequest) and message.method == TOOLS_CALL_METHOD:
             call = CURRENT_CALL.get()
             params = message.params or {}
-            if call is not None and call.local_request_id is None and params.get("name") == call.tool:
-                call.local_request_id = message.id
+            if call is not None and call.request_id is None and params.get("name") == call.tool:
+                call.request_id = message.id
         await self.__wrapped__.send(item)
 
 

@@ -1,0 +1,388 @@
+"""One tool call and the life of each of its attempts: what the call's span and record say.
+
+The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its answer) -> DONE,
+entered only through the named transitions below; at DONE its span ends, its row is written and it
+is counted, once. The call is given up (`abandon`) when the caller has its outcome or stopped
+waiting: nothing more is sent for it, and an attempt still open is settled as what is known of it.
+Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
+from otel_mcp_replay.errors import ReplayUnavailableError, UnknownEffectError
+from otel_mcp_replay.law import NO_RESPONSE, Answer, Outcome, Permission, RequestFacts, SeriesKnowledge
+from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record, is_vouching, vouch
+from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import CallVerdict, DeclinedReason
+
+# The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
+# (the SDK carries the context into the task that sends the request).
+CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "otel_mcp_replay_call", default=None
+)
+
+State = Literal["sending", "exchanged", "awaiting", "done"]
+
+
+class Attempt:
+    """One HTTP attempt of a tools/call, from the moment it is sent until its effect is known."""
+
+    __slots__ = (
+        "call",
+        "declined",
+        "early",
+        "ended_ns",
+        "number",
+        "outcome",
+        "permission",
+        "span",
+        "state",
+        "wait_ms",
+    )
+
+    def __init__(self, call: ToolCall, number: int, permission: Permission | None, span: Span) -> None:
+        self.call = call
+        self.number = number
+        self.permission = permission
+        self.span = span
+        self.state: State = "sending"
+        self.outcome = NO_RESPONSE  # replaced when the exchange ends
+        self.ended_ns = 0  # the exchange's end: the span ends there, not after a wait
+        self.wait_ms = 0
+        self.declined: DeclinedReason | None = None
+        self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
+
+    # -- transitions --
+
+    def exchanged(self, outcome: Outcome, error: BaseException | None = None) -> None:
+        """SENDING -> EXCHANGED: the HTTP exchange ended (before any wait)."""
+        if self.state != "sending":
+            return  # cut short already: what it does now is not this call's record
+        self.state, self.outcome, self.ended_ns = "exchanged", outcome, time.time_ns()
+        facts = self.call.facts
+        if outcome.effect != "none":
+            facts.sent_one()
+        if outcome.status == 0 and outcome.failure == "network" and outcome.effect != "none":
+            facts.no_answer()
+        if outcome.answered:
+            facts.answered()
+        if error is not None:
+            self.call.final_error = error
+
+    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
+        """EXCHANGED -> DONE, or -> AWAITING when the answer is still to come on a stream."""
+        if self.state != "exchanged":
+            return
+        self.wait_ms, self.declined = wait_ms, declined
+        if not self.repeated and self.outcome.status:  # the attempt the SDK was handed
+            self.call.facts.delivered_status(self.outcome.status)
+        if self.outcome.effect is not None:
+            self._done()
+        else:
+            self.state = "awaiting"
+            if self.early is not None:
+                self.answered(self.early)
+
+    def answered(self, kind: Answer) -> None:
+        """The JSON-RPC answer to the request's id was seen on a stream: AWAITING -> DONE."""
+        self.call.facts.answered()
+        if self.state != "awaiting":
+            self.early = kind
+            return
+        self.outcome = self.outcome.after_stream(kind)
+        self._done()
+
+    def stream_ended(self, error: BaseException | None) -> None:
+        """The delivered attempt's stream ended: if its answer never came, its effect is unknown."""
+        if self.state != "awaiting":
+            return
+        self.outcome = self.outcome.after_stream(None)
+        if error is not None:
+            self.call.final_error = error
+        self._done()
+
+    def abandon(self) -> None:
+        """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
+        if self.state == "sending":  # a cancel or a read timeout mid-exchange: sent, no answer
+            self.exchanged(NO_RESPONSE)
+            self.decided(0, "budget")
+        elif self.state == "exchanged":
+            self.decided(0, "budget")
+        elif self.state == "awaiting":
+            self.stream_ended(None)
+
+    @property
+    def repeated(self) -> bool:
+        """A repeat followed this attempt (its wait is written, even when 0)."""
+        return self.outcome.failure is not None and self.declined is None
+
+    def _done(self) -> None:
+        self.state = "done"
+        call, outcome = self.call, self.outcome
+        assert outcome.effect is not None
+        if call.attempt is self:
+            call.attempt = None
+        call.knowledge.note(outcome.effect)
+        attributes: dict[str, str | int] = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
+        if outcome.status:
+            attributes[t.HTTP_STATUS_CODE] = outcome.status
+        if outcome.failure is not None:
+            attributes[t.FAILURE] = outcome.failure
+            self.span.set_status(Status(StatusCode.ERROR))
+        if self.declined is not None:
+            attributes[t.DECLINED] = self.declined
+        if self.repeated:
+            attributes[t.WAIT_MS] = self.wait_ms
+        self.span.set_attributes(attributes)
+        self.span.end(end_time=self.ended_ns or None)
+        permission = self.permission
+        call.rows.append(
+            AttemptRow(
+                status=outcome.status,
+                failure=outcome.failure or "",
+                effect=outcome.effect,
+                permission="first" if permission is None else permission.by,
+                wait_ms=self.wait_ms,
+            )
+        )
+        metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: call.tool}
+        if outcome.failure is not None:
+            metric[t.FAILURE] = outcome.failure
+        if permission is not None:
+            metric[t.PERMISSION_BY] = permission.by
+        if self.declined is not None:
+            metric[t.DECLINED] = self.declined
+        instruments = call.runtime.instruments
+        instruments.attempts.add(1, metric)
+        if self.repeated:
+            instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: call.tool})
+
+
+class ToolCall:
+    """One `call_tool`: its span, the request it sent, its attempts, and how it ends."""
+
+    def __init__(self, runtime: Runtime, tool: str, session: object) -> None:
+        self.runtime = runtime
+        self.tool = tool
+        self.session = session
+        self.span = runtime.tracer.start_span(
+            f"{t.CALL_SPAN_PREFIX} {tool}",
+            kind=SpanKind.INTERNAL,
+            attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool},
+        )
+        self.context: Context = trace.set_span_in_context(self.span)
+        # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under.
+        self.request_id: object = None
+        self.declaration: Declaration | None = None
+        self.endpoint = "unknown"  # the declared label, else the origin: never a path
+        self.facts = RequestFacts()
+        self.knowledge = SeriesKnowledge()
+        self.rows: list[AttemptRow] = []
+        self.attempt: Attempt | None = None  # the open one
+        self.attempts = 0
+        self.final_error: BaseException | None = None  # the transport error of the last unanswered
+        self.abandoned = False
+        self._abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
+        self.scope: anyio.CancelScope | None = None  # set while the seam can stop the call (SSE)
+        self.stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
+        self._releases: list[Callable[[], object]] = []
+
+    def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
+        """The HTTP seam saw this call's request leave, under `declaration`."""
+        self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
+        self.facts = RequestFacts(app_authorized=declaration.policy == "app-authorized")
+        if self.session is not None:
+            self.runtime.session_endpoints[self.session] = (declaration, endpoint)
+        self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
+
+    # -- the series' log --
+
+    def opened(self, permission: Permission | None) -> None:
+        self.attempts += 1
+        number = self.attempts  # a redirect's follow-up continues the numbering
+        attributes: dict[str, str | int] = {
+            t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+            t.GEN_AI_TOOL_NAME: self.tool,
+            t.JSONRPC_REQUEST_ID: str(self.request_id),
+            t.ATTEMPT: number,
+        }
+        if number > 1:
+            attributes[t.HTTP_RESEND_COUNT] = number - 1
+        if permission is not None:
+            attributes[t.PERMISSION_BY] = permission.by
+            attributes[t.PERMISSION_ON] = permission.on
+            if permission.assumes is not None:
+                attributes[t.PERMISSION_ASSUMES] = permission.assumes
+        span = self.runtime.tracer.start_span(
+            f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}",
+            context=self.context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self.attempt = Attempt(self, number, permission, span)
+
+    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
+        if self.attempt is not None:
+            self.attempt.decided(wait_ms, declined)
+
+    def attempt_context(self) -> Context | None:
+        """The context that makes the open attempt's span the parent of the HTTP client's span."""
+        attempt = self.attempt
+        return None if attempt is None else trace.set_span_in_context(attempt.span)
+
+    def answered(self, kind: Answer) -> None:
+        """The answer to this call's request was seen on the connection's own stream (SSE)."""
+        if self.attempt is not None:
+            self.attempt.answered(kind)
+        else:
+            self.facts.answered()
+
+    def stream_ended(self) -> None:
+        """The connection's own stream (SSE) ended before this call's answer came."""
+        if self.attempt is not None:
+            self.attempt.stream_ended(None)
+
+    # -- giving up --
+
+    def when_ended(self, release: Callable[[], object]) -> None:
+        """Run `release` when the call ends (what a seam holds for it only while it runs)."""
+        self._releases.append(release)
+
+    def abandon(self) -> None:
+        """The call ended: a series waiting to repeat it stops waiting, and sends nothing more."""
+        self.abandoned = True
+        if self._abandoned_event is not None:
+            self._abandoned_event.set()
+        releases, self._releases = self._releases, []
+        for release in releases:
+            release()
+
+    async def wait_unless_abandoned(self, delay_ms: int) -> bool:
+        """Sleep `delay_ms`; False (at once) when the call is abandoned first, or already was."""
+        if self.abandoned:
+            return False
+        event = self._abandoned_event
+        if event is None:  # most calls never wait: the event is made only here
+            event = self._abandoned_event = anyio.Event()
+        with anyio.move_on_after(delay_ms / 1000):
+            await event.wait()
+            return False
+        return True
+
+    def stop(self, error: BaseException) -> None:
+        """The seam ends this call now, and only this call, with `error` (the SDK would wait for an
+        answer that will never come, or must not send at all)."""
+        self.stopped_with = error
+        if self.scope is not None:
+            self.scope.cancel()
+
+    # -- the end --
+
+    def completed(self, result: Any) -> None:
+        """The SDK returned `result`: settle, file the record, end the span."""
+        self.abandon()
+        self._file("tool-error" if getattr(result, "is_error", False) is True else "completed", False)
+        self.span.end()
+
+    def failed(self, exc: BaseException) -> BaseException | None:
+        """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
+        `exc` under the app-authorized policy (None: `exc` itself)."""
+        self.abandon()
+        seen: BaseException | None = None
+        if isinstance(self.stopped_with, ReplayUnavailableError):
+            self._file("failed", False)
+            seen = self.stopped_with
+        else:
+            if self.attempt is not None:
+                self.attempt.abandon()
+            # A caller that gave up sees its own cancellation, never "may have run".
+            uncertain = self.facts.uncertain and not isinstance(exc, anyio.get_cancelled_exc_class())
+            self._file("failed", uncertain)
+            if uncertain:
+                seen = UnknownEffectError(self.tool)
+                seen.__cause__ = self.final_error if self.final_error is not None else exc
+        # The type only: an error's message may quote what the server echoed of the call.
+        self.span.set_attribute(t.ERROR_TYPE, type(seen or exc).__qualname__)
+        self.span.set_status(Status(StatusCode.ERROR))
+        self.span.end()
+        return seen
+
+    def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        try:
+            self._file_record(verdict, may_have_run)
+        except Exception:  # the record must never break the caller's call
+            self.runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
+
+    def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        if self.declaration is None:
+            self._without_http(verdict)
+        elif self.attempt is not None:
+            self.attempt.abandon()
+        self.facts.settle(verdict, may_have_run)
+        declaration = self.declaration or COMPATIBILITY
+        effect = self.knowledge.effect
+        try:
+            record = build_record(
+                policy=declaration.policy,
+                sent=self.facts.sent,
+                effect=effect,
+                verdict=verdict,
+                may_have_run=may_have_run,
+                endpoint=self.endpoint,
+                tool=self.tool,
+                request_id=str(self.request_id),
+                rows=self.rows,
+            )
+        except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
+            self.span.add_event(t.RECORD_REFUSED_EVENT)
+            self.runtime.instruments.records_refused.add(1)
+        else:
+            file_record(self.span, record)
+        self.runtime.instruments.calls.add(
+            1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
+        )
+
+    def _without_http(self, verdict: CallVerdict) -> None:
+        """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
+        none, under its session's known policy and endpoint. Else it went another way (stdio,
+        in-process): one attempt, never repeated, as it ran."""
+        if self.request_id is None and verdict == "failed":
+            known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
+            self.declaration, self.endpoint = known if known is not None else (COMPATIBILITY, "unknown")
+            self.request_id = "unknown"
+            self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: self.declaration.policy})
+            return
+        if self.request_id is None:
+            self.request_id = "unknown"
+        self.endpoint = "local"
+        self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(self.request_id), t.POLICY: COMPATIBILITY.policy})
+        self.opened(None)
+        assert self.attempt is not None
+        applied = verdict != "failed"
+        if applied:
+            self.attempt.exchanged(Outcome(0, None, "applied", answered=True))
+            self.attempt.decided(0, None)
+        else:
+            self.attempt.exchanged(Outcome(0, "error", "unknown"))
+            self.attempt.decided(0, "not-retryable")
+
+
+def file_record(span: Span, record: dict[str, Any]) -> None:
+    """Add build_record's `record` to the call's span, vouched for as stored (see record.vouch)."""
+    span.add_event(t.RECORD_EVENT, record)
+    if is_vouching():
+        events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
+        if events:
+            vouch(events[-1].attributes, record)

@@ -1,0 +1,347 @@
+"""The seam where attempts happen: `AsyncClient.send` of the mcp line's HTTP client, for MCP POSTs.
+
+Every other request of the process passes through untouched after two cheap checks. An MCP POST
+is one made inside a tool call (the call rides the context), one that carries the streamable-HTTP
+transport's Accept header, or one of a client the SSE transport built. A repeat sends the same
+`Request` again: the same body bytes and headers, with the client's auth flow run again for it.
+A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x) and httpx
+(mcp 1.x) alike: what differs is the `HttpClient` bound in with the runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import anyio
+from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+from otel_mcp_replay.adapters import recognises_session_busy
+from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.errors import ReplayUnavailableError
+from otel_mcp_replay.law import (
+    NO_RESPONSE,
+    NOT_SENT,
+    PROTOCOL,
+    Answer,
+    Outcome,
+    Reply,
+    Target,
+    classify,
+    target_of,
+)
+from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
+from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
+from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
+
+_MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
+_MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
+
+
+@dataclass(frozen=True)
+class HttpClient:
+    """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
+
+    module: ModuleType
+    watch: type[AnswerWatch]  # AnswerWatch as that library's own async byte stream
+    # Never sent: the connection was not made, so the server cannot have run anything.
+    not_sent: tuple[type[BaseException], ...]
+
+    @classmethod
+    def of(cls, module: ModuleType) -> HttpClient:
+        watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
+        not_sent = (
+            module.ConnectError,
+            module.ConnectTimeout,
+            module.PoolTimeout,
+            module.UnsupportedProtocol,
+        )
+        return cls(module, watch, not_sent)
+
+
+async def send(
+    rt: Runtime,
+    http: HttpClient,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    request = args[0] if args else kwargs.get("request")
+    if not isinstance(request, http.module.Request) or not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    if request.method != "POST":
+        if request.method == "GET" and instance in rt.sse_clients:
+            return _watch_sse_get(rt, http, instance, await wrapped(*args, **kwargs))
+        return await wrapped(*args, **kwargs)
+    call = CURRENT_CALL.get()
+    sse = bool(rt.sse_clients) and instance in rt.sse_clients
+    accept, content_type = _accept_and_content_type(request.headers)
+    # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
+    streamable = b"text/event-stream" in accept and b"application/json" in accept
+    if call is None and not sse and not streamable:
+        return await wrapped(*args, **kwargs)
+    body = _json_body(http, request) if b"json" in content_type else None
+    if type(body) is not dict or "method" not in body:
+        return await wrapped(*args, **kwargs)  # a response to the server is never repeated
+    rest = dict(kwargs)
+    rest.pop("request", None)
+    url = str(request.url)
+    declaration = rt.servers.resolve(url)
+
+    async def exchange_once() -> Any:
+        return await wrapped(request, *args[1:], **rest)
+
+    target = PROTOCOL
+    if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
+        if call is not None and _is_this_call(call, body):
+            return await _tool_series(
+                rt, http, call, instance, request, url, body, declaration, exchange_once, sse, streamable
+            )
+        # A tools/call outside call_tool (send_request, or a call begun before instrument()):
+        # the law still holds for it, with nothing recorded.
+        target = target_of(body, declaration)
+    if not (sse or streamable):
+        return await exchange_once()
+    last: list[Any] = []  # the latest response: released before the next attempt is sent
+
+    async def exchange() -> Outcome:
+        if last:
+            await last.pop().aclose()
+        response = await exchange_once()  # a transport error is the SDK's, as it always was
+        last.append(response)
+        if response.status_code != 429:
+            return Outcome(response.status_code, None, "unknown")
+        return classify(429, None, retry_after=response.headers.get("retry-after"), now_epoch_s=time.time())
+
+    await run_series(_policy(rt, declaration, target, url), rt.rng, exchange, _sleep, NoLog())
+    return last[0]
+
+
+def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
+    """Two request headers from the raw list (Headers.get would first decode every header of the
+    request to learn their charset), each joined with ", " when repeated, as Headers.get joins."""
+    raw = headers.raw
+    by_name = {key.lower(): value for key, value in raw}
+    if len(by_name) == len(raw):  # no header repeated: the usual case
+        return by_name.get(b"accept", b""), by_name.get(b"content-type", b"")
+    accept = b", ".join(value for key, value in raw if key.lower() == b"accept")
+    return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
+
+
+def _json_body(http: HttpClient, request: Any) -> object:
+    try:
+        content = request.content
+    except http.module.RequestNotRead:
+        return None
+    if len(content) > _MAX_JSON_BODY:
+        return None
+    return json_message(content)
+
+
+def _is_this_call(call: ToolCall, body: dict[str, Any]) -> bool:
+    params = body.get("params")
+    name = params.get("name") if type(params) is dict else None
+    if name != call.tool:
+        return False
+    return call.declaration is None or call.request_id == body["id"]
+
+
+def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> ReplayPolicy:
+    # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
+    endpoint_budget = rt.budgets.for_endpoint(rt.origin(url))
+    return ReplayPolicy(declaration, target, rt.settings, endpoint_budget, rt.fail_closed)
+
+
+# -- a tool call's series --
+
+
+async def _tool_series(
+    rt: Runtime,
+    http: HttpClient,
+    call: ToolCall,
+    client: Any,
+    request: Any,
+    url: str,
+    body: dict[str, Any],
+    declaration: Declaration,
+    exchange_once: Callable[[], Awaitable[Any]],
+    sse: bool,
+    streamable: bool,
+) -> Any:
+    if call.declaration is None:
+        call.bind(body["id"], declaration, declaration.label or rt.origin(url))
+    if declaration.policy == "app-authorized" and not (sse or streamable):
+        # Answers on this connection cannot be matched to requests: refuse before sending.
+        call.stop(ReplayUnavailableError(call.tool))
+        return _synthetic_error(http, request, body["id"], "replay unavailable")
+    key = (id(client), body["id"])
+    if sse:
+        rt.sse_waiting[key] = call
+        call.when_ended(lambda: rt.sse_waiting.pop(key, None))
+    watch_body = streamable and not sse  # a body this transport's SDK code reads as the answer
+    # The latest attempt's response, else its transport error: what the SDK is handed at the end.
+    last: list[Any] = [None, None]
+
+    async def exchange() -> Outcome:
+        attempt = call.attempt
+        assert attempt is not None  # the series opened it
+        if last[0] is not None:
+            await last[0].aclose()  # a response that will not be delivered
+        attempt_context = call.attempt_context()
+        token = otel_context.attach(attempt_context) if attempt_context is not None else None
+        try:
+            outcome, last[0], last[1] = await _tool_exchange(
+                http, exchange_once, attempt, declaration, watch_body
+            )
+        except BaseException:  # the caller gave up (or the client failed) mid-exchange
+            attempt.abandon()
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        attempt.exchanged(outcome, last[1])
+        return outcome
+
+    try:
+        final = await run_series(
+            _policy(rt, declaration, target_of(body, declaration), url),
+            rt.rng,
+            exchange,
+            call.wait_unless_abandoned,
+            call,
+        )
+    except BaseException:
+        rt.sse_waiting.pop(key, None)
+        raise
+    response, error = last
+    if final.status == 0 and error is not None and declaration.policy == "app-authorized":
+        # Fail this call, not the session: the SDK would tear the whole transport down.
+        rt.sse_waiting.pop(key, None)
+        if sse:  # the SDK would wait for an answer on the GET stream forever: end the call now
+            call.stop(error)
+            return http.module.Response(202, request=request)
+        return _synthetic_error(http, request, body["id"], "no response")
+    if response is None:
+        raise error
+    return response
+
+
+async def _tool_exchange(
+    http: HttpClient,
+    exchange_once: Callable[[], Awaitable[Any]],
+    attempt: Attempt,
+    declaration: Declaration,
+    watch_body: bool,
+) -> tuple[Outcome, Any, BaseException | None]:
+    """One attempt: what it came to, the response it got (None: none), and its transport error."""
+    try:
+        response = await exchange_once()
+    except http.module.TransportError as exc:
+        return (NOT_SENT if isinstance(exc, http.not_sent) else NO_RESPONSE), None, exc
+    status = response.status_code
+    busy = (
+        status != 429
+        and declaration.adapter is not None
+        and await _session_busy(declaration.adapter, response)
+    )
+    reply: Reply | None = None
+    if 200 <= status < 300 and not busy and watch_body:
+        try:
+            reply = await _read_reply(http, response, attempt)
+        except http.module.TransportError as exc:  # the body was cut: as good as no response
+            await response.aclose()
+            return classify(status, "cut"), response, exc
+    retry_after = response.headers.get("retry-after") if status == 429 or busy else None
+    outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
+    return outcome, response, None
+
+
+async def _read_reply(http: HttpClient, response: Any, attempt: Attempt) -> Reply:
+    """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
+    watch an event stream for it as the SDK reads it."""
+    content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
+    if response.status_code == 202:
+        return "accepted"
+    if content_type.startswith("application/json"):
+        content = await response.aread()  # a cut raises the client's TransportError
+        found = answer_of(content)
+        return found[1] if found is not None and found[0] == attempt.call.request_id else "other"
+    if (
+        content_type.startswith("text/event-stream")
+        and response.headers.get("content-encoding", "identity").lower() in ("", "identity")
+        and isinstance(response.stream, http.module.AsyncByteStream)
+    ):
+        request_id, transport_error = attempt.call.request_id, http.module.TransportError
+
+        def on_answer(answer_id: object, kind: Answer) -> None:
+            if answer_id == request_id:
+                attempt.answered(kind)
+
+        def on_end(error: BaseException | None) -> None:
+            attempt.stream_ended(error if isinstance(error, transport_error) else None)
+
+        response.stream = http.watch(response.stream, on_answer, on_end)
+        return "later"
+    return "other"
+
+
+async def _session_busy(adapter: str, response: Any) -> bool:
+    async def body() -> bytes:
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > _MAX_REFUSAL_BODY:
+            return b""
+        try:
+            content: bytes = await response.aread()
+            return content
+        except Exception:  # the client's TransportError: no body is no refusal
+            return b""
+
+    return await recognises_session_busy(adapter, response.status_code, response.headers, body)
+
+
+async def _sleep(delay_ms: int) -> bool:
+    await anyio.sleep(delay_ms / 1000)
+    return True
+
+
+def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: str) -> Any:
+    """A JSON-RPC error the SDK resolves this one request with, instead of tearing down the session.
+
+    Never a server's word. Under app-authorized the call seam turns the call's failure into
+    `ReplayUnavailableError` or, when an attempt lacked an answer, `UnknownEffectError`.
+    """
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": -32000, "message": f"otel-mcp-replay: {why}"},
+    }
+    return http.module.Response(599, json=body, headers={"content-type": "application/json"}, request=request)
+
+
+# -- the SSE transport's GET stream: where its answers arrive --
+
+
+def _watch_sse_get(rt: Runtime, http: HttpClient, client: Any, response: Any) -> Any:
+    client_id = id(client)
+    waiting = rt.sse_waiting
+
+    def on_answer(request_id: object, kind: Answer) -> None:
+        call = waiting.pop((client_id, request_id), None)
+        if call is not None:
+            call.answered(kind)
+
+    def on_end(error: BaseException | None) -> None:
+        for key in [key for key in waiting if key[0] == client_id]:
+            waiting.pop(key).stream_ended()
+
+    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+    if event_stream and isinstance(response.stream, http.module.AsyncByteStream):
+        response.stream = http.watch(response.stream, on_answer, on_end)
+    return response

@@ -1,0 +1,222 @@
+"""The replay policy of one request, as one immutable value, and the short loop that asks it.
+
+The rule: after a failed attempt, the request is sent again only when `permit` allows it AND the
+budget still does: at most `max_attempts` attempts and `max_wait_ms` of waiting per request (a wait
+past the cap declines, it is never shortened), and the endpoint's token bucket above half (gRPC's
+retryThrottling, shared by every call to the endpoint). `ReplayPolicy.after` answers with a
+decision and the policy for the next attempt, as urllib3's `Retry.increment` does; the loop knows
+no transport.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Final, Protocol
+
+from otel_mcp_replay.declaration import MIN_RATIO, Declaration, Settings
+from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Outcome, Permission, Target, permit
+from otel_mcp_replay.telemetry import DeclinedReason
+
+BACKOFF_BASE_MS: Final = 200
+BACKOFF_CAP_MS: Final = 10_000
+ENDPOINTS_KEPT: Final = 1024
+_MILLI: Final = 1000
+
+
+def backoff_ms(repeat: int, rng: random.Random) -> int:
+    """Equal-jitter exponential backoff before repeat number `repeat` (1 for the first repeat).
+
+    base = 200 ms * 2**(repeat-1), capped at 10 s; the wait is half of it fixed plus a uniform
+    draw over the other half.
+    """
+    if repeat < 1:
+        raise ValueError("repeat counts from 1")
+    exponent = min(repeat - 1, 16)  # 200 * 2**16 is past the cap already: no huge powers
+    base = min(BACKOFF_BASE_MS * 2**exponent, BACKOFF_CAP_MS)
+    half = base / 2
+    return int(half + rng.random() * half)
+
+
+class RetryBudget:
+    """One endpoint's token bucket, as gRPC's retryThrottling: full at start; a failed attempt costs
+    one token, an answered one returns `ratio` (up to the full `tokens`); repeats are allowed only
+    while the bucket holds more than half. Thread-safe: shared by all calls to the endpoint.
+
+    Kept in thousandths of a token, as gRPC does, so ten answers at 0.1 return exactly one token.
+    """
+
+    __slots__ = ("_lock", "_max", "_ratio", "_tokens")
+
+    def __init__(self, tokens: int, ratio: float) -> None:
+        if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0):
+            raise ValueError("tokens must be an int above 0")
+        if not (isinstance(ratio, (int, float)) and MIN_RATIO <= ratio <= tokens):
+            raise ValueError("ratio must be at least 0.001 and at most the tokens")
+        self._max = tokens * _MILLI
+        self._ratio = round(ratio * _MILLI)
+        self._tokens = self._max
+        self._lock = threading.Lock()
+
+    def on_failure(self) -> None:
+        with self._lock:
+            self._tokens = max(0, self._tokens - _MILLI)
+
+    def on_success(self) -> None:
+        with self._lock:
+            self._tokens = min(self._max, self._tokens + self._ratio)
+
+    def allows_repeat(self) -> bool:
+        with self._lock:
+            return self._tokens * 2 > self._max
+
+    @property
+    def tokens(self) -> float:
+        with self._lock:
+            return self._tokens / _MILLI
+
+
+class RetryBudgets:
+    """The retry budget of each endpoint, made on first use. Thread-safe.
+
+    Bounded: at most ENDPOINTS_KEPT endpoints are kept, the least recently used forgotten first
+    (a forgotten endpoint starts again with a full bucket).
+    """
+
+    __slots__ = ("_budgets", "_lock", "_retry_budget")
+
+    def __init__(self, retry_budget: tuple[int, float] | None) -> None:
+        if retry_budget is not None:
+            RetryBudget(*retry_budget)  # checked now, not at the first call
+        self._retry_budget = retry_budget
+        self._budgets: OrderedDict[str, RetryBudget] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def for_endpoint(self, key: str) -> RetryBudget | None:
+        """The budget shared by every call to endpoint `key`; None when the retry budget is off."""
+        if self._retry_budget is None:
+            return None
+        with self._lock:
+            budget = self._budgets.get(key)
+            if budget is None:
+                budget = self._budgets[key] = RetryBudget(*self._retry_budget)
+                if len(self._budgets) > ENDPOINTS_KEPT:
+                    self._budgets.popitem(last=False)
+            else:
+                self._budgets.move_to_end(key)
+            return budget
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._budgets)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Repeat after `ms`, under `permission` (None: a protocol request's repeat, recorded nowhere)."""
+
+    ms: int
+    permission: Permission | None
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """What may still be spent on one request: a new value after every attempt, never changed."""
+
+    declaration: Declaration
+    target: Target
+    settings: Settings
+    endpoint_budget: RetryBudget | None = None  # shared, and so the one mutable part
+    fail_closed: bool = False  # a configuration error: record everything, repeat nothing
+    attempts: int = 1  # attempts made, the one just answered included
+    waited_ms: int = 0
+
+    def after(self, outcome: Outcome, rng: random.Random) -> tuple[Wait | Declined | None, ReplayPolicy]:
+        """The decision after the attempt that came to `outcome` (None: it did not fail, nothing to
+        repeat), and the policy for the next attempt."""
+        budget = self.endpoint_budget
+        if outcome.failure is None:
+            if budget is not None:
+                budget.on_success()
+            return None, self
+        if budget is not None:
+            budget.on_failure()
+        decision = (
+            NOT_PERMITTED
+            if self.fail_closed
+            else permit(
+                self.declaration,
+                self.target,
+                outcome.failure,
+                retry_on_throttle=self.settings.retry_on_throttle,
+            )
+        )
+        if isinstance(decision, Declined):
+            return decision, self
+        wait = self._next_wait_ms(outcome.server_wait_ms, rng)
+        if wait is None or (budget is not None and not budget.allows_repeat()):
+            return BUDGET, self
+        return Wait(wait, decision.permission), replace(
+            self, attempts=self.attempts + 1, waited_ms=self.waited_ms + wait
+        )
+
+    def _next_wait_ms(self, server_wait_ms: int | None, rng: random.Random) -> int | None:
+        """The wait before the next attempt, or None when there is none: `max_attempts` reached, or
+        the wait (the server's when it sent one, else our backoff) would take the total past
+        `max_wait_ms`. Our own backoff is held to the same cap, so `max_wait_ms=0` repeats only
+        when the server says to ask now."""
+        if self.attempts >= self.settings.max_attempts:
+            return None
+        if server_wait_ms is not None and server_wait_ms < 0:
+            raise ValueError("server_wait_ms is never negative")
+        wait = server_wait_ms if server_wait_ms is not None else backoff_ms(self.attempts, rng)
+        return None if self.waited_ms + wait > self.settings.max_wait_ms else wait
+
+
+class AttemptLog(Protocol):
+    """Where the loop says what it decided of each attempt (the tool call's attempts; nothing for a
+    protocol request)."""
+
+    def opened(self, permission: Permission | None) -> None: ...
+
+    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None: ...
+
+
+class NoLog:
+    """A protocol request's series: it files nothing."""
+
+    def opened(self, permission: Permission | None) -> None:
+        pass
+
+    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
+        pass
+
+
+async def run_series(
+    policy: ReplayPolicy,
+    rng: random.Random,
+    exchange: Callable[[], Awaitable[Outcome]],
+    wait: Callable[[int], Awaitable[bool]],
+    log: AttemptLog,
+) -> Outcome:
+    """Attempt until an attempt does not fail or a repeat is declined; the last attempt's outcome.
+
+    `exchange` makes one attempt (and releases the previous one's response, which is not
+    delivered); `wait` sleeps, False when the caller gave up meanwhile: then nothing more is sent.
+    """
+    permission: Permission | None = None
+    while True:
+        log.opened(permission)
+        outcome = await exchange()
+        decision, policy = policy.after(outcome, rng)
+        if not isinstance(decision, Wait):
+            log.decided(0, None if decision is None else decision.reason)
+            return outcome
+        if not await wait(decision.ms):
+            log.decided(0, BUDGET.reason)
+            return outcome
+        log.decided(decision.ms, None)
+        permission = decision.permission
