@@ -16,7 +16,7 @@ from datetime import timezone
 from email.utils import parsedate_to_datetime
 from itertools import repeat
 from operator import is_
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
@@ -189,9 +189,9 @@ def permit(
 # -- knowledge: what one attempt came to -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one attempt came to. Immutable: a later fact makes a new Outcome (`answered`)."""
+class Outcome(NamedTuple):
+    """What one attempt came to. Immutable: a later fact makes a new Outcome (`after_stream`).
+    A named tuple: one is made per attempt, and it is built in C."""
 
     status: int  # 0: no response
     failure: FailureKind | None  # None: no failure (for a tools/call: its result came, or may yet)

@@ -14,8 +14,8 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Final, Protocol
+from dataclasses import dataclass
+from typing import Final, NamedTuple, Protocol
 
 from otel_mcp_replay.declaration import MIN_RATIO, Declaration, Settings
 from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Outcome, Permission, Target, permit
@@ -122,9 +122,9 @@ class Wait:
     permission: Permission | None
 
 
-@dataclass(frozen=True)
-class ReplayPolicy:
-    """What may still be spent on one request: a new value after every attempt, never changed."""
+class ReplayPolicy(NamedTuple):
+    """What may still be spent on one request: a new value after every attempt, never changed.
+    A named tuple: one is made per request, and it is built in C."""
 
     declaration: Declaration
     target: Target
@@ -159,8 +159,8 @@ class ReplayPolicy:
         wait = self._next_wait_ms(outcome.server_wait_ms, rng)
         if wait is None or (budget is not None and not budget.allows_repeat()):
             return BUDGET, self
-        return Wait(wait, decision.permission), replace(
-            self, attempts=self.attempts + 1, waited_ms=self.waited_ms + wait
+        return Wait(wait, decision.permission), self._replace(
+            attempts=self.attempts + 1, waited_ms=self.waited_ms + wait
         )
 
     def _next_wait_ms(self, server_wait_ms: int | None, rng: random.Random) -> int | None:
