@@ -10,6 +10,9 @@ No collector, Docker or network runs here. What is checked instead:
   component types and keys are those of the contrib distribution v0.136.0;
 - tail-sampling policies read contract keys and words, cover every decline reason, read only keys
   the allow-list keeps, and the processors run in the documented order;
+- the pipelines, run on the contract's spans (a small reading of the OTTL used here), export every
+  uncertain span exactly once and every other span at most once, whether the sampler keeps or
+  drops the trace, in both layouts;
 - blocked patterns are RE2-safe, mask sample secrets and leave the contract's words alone;
 - the compose files mount the files they name (which exist) and publish on 127.0.0.1 only;
 - the dashboard's and the README's queries (TraceQL, Jaeger tags) use only contract attributes and
@@ -25,6 +28,7 @@ named as one of those kinds, and this file fails until the allow-lists carry it.
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import json
 import os
@@ -32,6 +36,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -567,7 +572,7 @@ KNOWN_TYPES: dict[str, set[str]] = {
     },
     "exporters": {"otlp", "otlphttp", "debug", "nop", "loadbalancing"},
     "extensions": {"health_check", "zpages", "pprof"},
-    "connectors": set(),
+    "connectors": {"forward"},
 }
 # Keys of the v0.136.0 component configurations (the release's JSON schemas), for the components used.
 REDACTION_KEYS = {
@@ -635,16 +640,25 @@ def pipelines(config: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
 def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path) -> None:
     config = load_yaml(path)
     used: dict[str, set[str]] = {kind: set() for kind in KNOWN_TYPES}
+    connectors = set(config.get("connectors") or {})
+    connector_ends: dict[str, set[str]] = {connector: set() for connector in connectors}
     for name, pipeline in pipelines(config).items():
         assert name.split("/")[0] in {"traces", "metrics", "logs"}, name
         assert set(pipeline) <= {"receivers", "processors", "exporters"}, name
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
+                if kind != "processors" and component in connectors:
+                    # A connector is the exporter of one pipeline and the receiver of others.
+                    connector_ends[component].add(kind)
+                    used["connectors"].add(component)
+                    continue
                 assert component in (config.get(kind) or {}), (
                     f"{path.name}: {name} uses undefined {component}"
                 )
                 used[kind].add(component)
         assert pipeline.get("receivers") and pipeline.get("exporters"), name
+    for connector, ends in connector_ends.items():
+        assert ends == {"receivers", "exporters"}, f"{path.name}: {connector} is not both ends of pipelines"
     for extension in config["service"].get("extensions", []):
         assert extension in (config.get("extensions") or {}), f"{path.name}: undefined extension {extension}"
         used["extensions"].add(extension)
@@ -658,17 +672,26 @@ def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path)
     assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
 
 
-@pytest.mark.parametrize(
-    ("path", "order"),
-    [
-        (SINGLE, ["memory_limiter", "redaction", "tail_sampling", "batch"]),
-        (AGENT, ["memory_limiter", "redaction", "batch"]),
-        (GATEWAY, ["memory_limiter", "tail_sampling", "batch"]),
-    ],
-    ids=lambda v: v.name if isinstance(v, Path) else "",
-)
-def test_processor_order(path: Path, order: list[str]) -> None:
-    assert pipelines(load_yaml(path))["traces"]["processors"] == order
+# The pipelines and their processors, in order (README.md, "Pipeline order"). `traces` takes OTLP in;
+# in the sampling tiers it hands every span, marked, to `traces/sampled` and `traces/uncertain`.
+SAMPLED_AND_UNCERTAIN = {
+    "traces/sampled": ["tail_sampling", "filter/drop_uncertain", "batch"],
+    "traces/uncertain": ["filter/only_uncertain", "transform/unmark", "batch"],
+}
+PIPELINE_ORDER: dict[Path, dict[str, list[str]]] = {
+    SINGLE: {
+        "traces": ["memory_limiter", "redaction", "transform/mark_uncertain"],
+        **SAMPLED_AND_UNCERTAIN,
+    },
+    AGENT: {"traces": ["memory_limiter", "redaction", "batch"]},
+    GATEWAY: {"traces": ["memory_limiter", "transform/mark_uncertain"], **SAMPLED_AND_UNCERTAIN},
+}
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_processor_order(path: Path) -> None:
+    found = {name: pipeline["processors"] for name, pipeline in pipelines(load_yaml(path)).items()}
+    assert found == PIPELINE_ORDER[path]
 
 
 @pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
@@ -820,7 +843,6 @@ def test_the_rest_is_sampled_at_a_rate_the_user_sets(path: Path) -> None:
     assert re.fullmatch(r"\d+s", wait) and int(wait[:-1]) > 10, "longer than the default max_wait_ms"
     cache = section.get("decision_cache", {})
     assert cache.get("sampled_cache_size", 0) > 0
-    assert "non_sampled_cache_size" not in cache, "a late uncertain span must not inherit a drop"
 
 
 def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
@@ -836,6 +858,323 @@ def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
             assert read <= allowed, (
                 f"{policy['name']} reads {sorted(read - allowed)}, deleted by {redacting.name}"
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Uncertain calls survive sampling: the pipelines, run on sample spans
+#
+# A small reading of the OTTL this configuration uses (comparisons joined by `and`; `set`,
+# `delete_key` and `replace_pattern` statements) and of each processor's effect on a span, so that
+# the pipelines can be run on the contract's spans for both fates of a trace: kept or dropped by
+# tail_sampling. A statement or condition outside that reading fails the test instead of passing
+# unread.
+
+_OTTL_STRING = r'"(?:[^"\\]|\\.)*"'
+_OTTL_LITERAL = rf"{_OTTL_STRING}|true|false|nil|-?\d+"
+OTTL_COMPARISON = re.compile(
+    rf'(?:(span|spanevent)\.)?(?:attributes\["([^"]+)"\]|(name))\s*(==|!=)\s*({_OTTL_LITERAL})'
+)
+OTTL_SET_TRUE = re.compile(r'set\(span\.attributes\["([^"]+)"\], true\) where (.+)')
+OTTL_DELETE_KEY = re.compile(r'delete_key\(span\.attributes, "([^"]+)"\)')
+OTTL_REPLACE_STATUS = re.compile(
+    rf"replace_pattern\(span\.status\.message, ({_OTTL_STRING}), ({_OTTL_STRING})\)"
+)
+
+Span = dict[str, Any]  # {"id", "name", "attributes", "events": [{"name", "attributes"}], "status"}
+
+
+def ottl_string(literal: str) -> str:
+    """The value of an OTTL string literal (unquoted as Go does; only \\\\ and \\" are used here)."""
+    assert re.fullmatch(r'"(?:[^"\\]|\\["\\])*"', literal), f"an escape OTTL may read otherwise: {literal}"
+    value: str = json.loads(literal)
+    return value
+
+
+def ottl_value(literal: str) -> Any:
+    if literal.startswith('"'):
+        return ottl_string(literal)
+    if literal in {"true", "false"}:
+        return literal == "true"
+    return None if literal == "nil" else int(literal)
+
+
+def ottl_holds(condition: str, span: Span, event: Span | None = None) -> bool:
+    """Whether a condition holds for a span (span context) or for one of its events (spanevent)."""
+    for atom in condition.split(" and "):
+        match = OTTL_COMPARISON.fullmatch(atom.strip())
+        assert match, f"not read by this test: {atom!r} in {condition!r}"
+        prefix, key, is_name, op, literal = match.groups()
+        target = span if prefix == "span" or event is None else event
+        actual = target["name"] if is_name else target["attributes"].get(key)
+        expected = ottl_value(literal)
+        # nil compares equal only to an absent key; otherwise type and value (true is not 1)
+        equal = (
+            actual is None if expected is None else (type(actual) is type(expected) and actual == expected)
+        )
+        if equal != (op == "=="):
+            return False
+    return True
+
+
+def run_transform(section: Mapping[str, Any], span: Span) -> None:
+    assert set(section) <= {"error_mode", "trace_statements"}
+    assert section["error_mode"] == "ignore"
+    for group in section["trace_statements"]:
+        assert set(group) <= {"context", "statements"}, group
+        context = group["context"]
+        assert context in {"span", "spanevent"}, context
+        for statement in group["statements"]:
+            if "spanevent." in statement:
+                assert context == "spanevent", statement
+            if match := OTTL_SET_TRUE.fullmatch(statement):
+                key, condition = match.groups()
+                targets = span["events"] if context == "spanevent" else [None]
+                if any(ottl_holds(condition, span, event) for event in targets):
+                    span["attributes"][key] = True
+            elif match := OTTL_DELETE_KEY.fullmatch(statement):
+                assert context == "span", statement
+                span["attributes"].pop(match.group(1), None)
+            elif match := OTTL_REPLACE_STATUS.fullmatch(statement):
+                assert context == "span", statement
+                pattern, replacement = (ottl_string(g) for g in match.groups())
+                assert "$" not in replacement
+                span["status"] = re.sub(pattern, replacement, span["status"])
+            else:
+                raise AssertionError(f"not read by this test: {statement!r}")
+
+
+def run_filter(section: Mapping[str, Any], batch: list[Span]) -> list[Span]:
+    assert set(section) <= {"error_mode", "traces"}
+    assert section["error_mode"] == "ignore"
+    assert set(section["traces"]) <= {"span", "spanevent"}
+    kept = []
+    for span in batch:
+        if any(ottl_holds(condition, span) for condition in section["traces"].get("span", [])):
+            continue
+        for condition in section["traces"].get("spanevent", []):
+            span["events"] = [e for e in span["events"] if not ottl_holds(condition, span, e)]
+        kept.append(span)
+    return kept
+
+
+def run_redaction(section: Mapping[str, Any], span: Span) -> None:
+    allowed = set(section["allowed_keys"])
+    for holder in (span, *span["events"]):
+        holder["attributes"] = {k: v for k, v in holder["attributes"].items() if k in allowed}
+        for key, value in holder["attributes"].items():
+            if isinstance(value, str):
+                holder["attributes"][key] = masked(value, section["blocked_values"])
+
+
+@dataclass
+class Run:
+    """One batch through a collector: what each exporter sent, and what tail_sampling was shown."""
+
+    sampled: bool
+    exported: dict[str, list[Span]]
+    shown_to_sampler: list[Span]
+
+
+def run_processors(config: Mapping[str, Any], names: list[str], batch: list[Span], run: Run) -> list[Span]:
+    for name in names:
+        kind, section = name.split("/")[0], resolve(config["processors"][name])
+        if kind in {"memory_limiter", "batch"}:
+            continue
+        if kind == "tail_sampling":
+            run.shown_to_sampler.extend(copy.deepcopy(batch))
+            batch = batch if run.sampled else []
+        elif kind == "filter":
+            batch = run_filter(section, batch)
+        elif kind == "transform":
+            for span in batch:
+                run_transform(section, span)
+        elif kind == "redaction":
+            for span in batch:
+                run_redaction(section, span)
+        else:
+            raise AssertionError(f"{name}: not run by this test")
+    return batch
+
+
+def run_collector(path: Path, batch: list[Span], sampled: bool) -> Run:
+    """Send `batch` to the collector's OTLP receiver; tail_sampling keeps or drops the trace."""
+    config = load_yaml(path)
+    connectors = set(config.get("connectors") or {})
+    run = Run(sampled, defaultdict(list), [])
+
+    def feed(receiver: str, spans: list[Span]) -> None:
+        for pipeline in pipelines(config).values():
+            if receiver in pipeline["receivers"]:
+                out = run_processors(config, pipeline["processors"], copy.deepcopy(spans), run)
+                for exporter in pipeline["exporters"]:
+                    if exporter in connectors:
+                        feed(exporter, out)
+                    else:
+                        run.exported[exporter].extend(copy.deepcopy(out))
+
+    feed("otlp", batch)
+    return run
+
+
+def run_layout(layout: str, batch: list[Span], sampled: bool) -> Run:
+    if layout == "single":
+        return run_collector(SINGLE, batch, sampled)
+    agent = run_collector(AGENT, batch, sampled)
+    assert set(agent.exported) == {"loadbalancing"}
+    return run_collector(GATEWAY, agent.exported["loadbalancing"], sampled)
+
+
+def sample_span(
+    number: int, name: str, attributes: Mapping[str, Any], events: Sequence[Span] = (), status: str = ""
+) -> Span:
+    return {
+        "id": number,
+        "name": name,
+        "attributes": dict(attributes),
+        "events": list(events),
+        "status": status,
+    }
+
+
+def record(**attributes: Any) -> Span:
+    return {"name": t.RECORD_EVENT, "attributes": attributes}
+
+
+ATTEMPT = {t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: "charge", t.JSONRPC_REQUEST_ID: "7"}
+CALL = {**ATTEMPT, t.POLICY: "app-authorized"}
+# (span, uncertain?): one of each way the contract marks a call uncertain, and spans that are not.
+SAMPLE_SPANS: list[tuple[Span, bool]] = [
+    (
+        sample_span(
+            1, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "network", t.EFFECT: "unknown"}
+        ),
+        True,
+    ),
+    (
+        sample_span(
+            2,
+            t.ATTEMPT_SPAN_PREFIX,
+            {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "error", t.EFFECT: "applied", t.DECLINED: "not-retryable"},
+        ),
+        True,
+    ),
+    (
+        sample_span(3, "tools/call charge", CALL, [record(**{t.EFFECT: "unknown", t.MAY_HAVE_RUN: False})]),
+        True,
+    ),
+    (sample_span(4, "tools/call charge", CALL, [record(**{t.EFFECT: "none", t.MAY_HAVE_RUN: True})]), True),
+    (sample_span(5, "tools/call charge", CALL, [{"name": t.RECORD_REFUSED_EVENT, "attributes": {}}]), True),
+    (sample_span(6, "tools/call charge", {**CALL, t.DECLINED: "repeat-of-unknown"}), True),
+    (sample_span(7, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.EFFECT: "applied"}), False),
+    (
+        sample_span(
+            8,
+            t.ATTEMPT_SPAN_PREFIX,
+            {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "throttle", t.EFFECT: "none", t.WAIT_MS: 250},
+        ),
+        False,
+    ),
+    (
+        sample_span(9, "tools/call charge", CALL, [record(**{t.EFFECT: "applied", t.MAY_HAVE_RUN: False})]),
+        False,
+    ),
+    (sample_span(10, "MCP send tools/call charge", {t.MCP_METHOD_NAME: "tools/call"}), False),
+    (
+        sample_span(
+            11,
+            "POST",
+            {"http.request.method": "POST"},
+            [{"name": "exception", "attributes": {"exception.type": "ConnectError"}}],
+            "ConnectError: refused",
+        ),
+        False,
+    ),
+]
+LAYOUTS = ("single", "two-tier")
+
+
+@pytest.mark.parametrize("sampled", [True, False], ids=["trace-kept", "trace-dropped"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_uncertain_span_is_exported_exactly_once_whatever_the_trace_s_fate(
+    layout: str, sampled: bool
+) -> None:
+    """An uncertain call reaches Jaeger and Tempo even when tail_sampling drops its trace (a late
+    span of a dropped trace inherits the drop: tail_sampling README, "Late-Arriving Spans"), and no
+    span reaches them twice."""
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled)
+    assert set(run.exported) == {"otlp/jaeger", "otlp/tempo"}
+    for exporter, spans in run.exported.items():
+        sent = Counter(span["id"] for span in spans)
+        for span, uncertain in SAMPLE_SPANS:
+            expected = 1 if uncertain or sampled else 0
+            assert sent[span["id"]] == expected, (
+                f"{layout}, {exporter}, trace {'kept' if sampled else 'dropped'}: span {span['id']} "
+                f"({span['name']}) sent {sent[span['id']]} times, expected {expected}"
+            )
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_sampler_still_sees_every_uncertain_span(layout: str) -> None:
+    """The uncertain spans are split off after tail_sampling, so they still keep their trace."""
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled=False)
+    shown = {span["id"] for span in run.shown_to_sampler}
+    assert shown == {span["id"] for span, _ in SAMPLE_SPANS}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_what_is_exported_carries_only_allowed_keys(layout: str) -> None:
+    """The mark that splits the uncertain spans off never leaves the collector."""
+    allowed = set(allow_list(SINGLE))
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled=True)
+    for spans in run.exported.values():
+        for span in spans:
+            assert set(span["attributes"]) <= allowed, span
+            for event in span["events"]:
+                assert set(event["attributes"]) <= allowed, event
+
+
+def test_a_span_carrying_the_mark_from_outside_loses_it_to_redaction() -> None:
+    """The single tier redacts before it marks, and the agents redact before the gateways mark."""
+    groups = load_yaml(SINGLE)["processors"]["transform/mark_uncertain"]["trace_statements"]
+    marks = {match.group(1) for g in groups for s in g["statements"] if (match := OTTL_SET_TRUE.fullmatch(s))}
+    assert len(marks) == 1 and not marks & set(allow_list(SINGLE)) and not marks & plugin_attribute_keys()
+    forged = sample_span(99, "forged", {**ATTEMPT, next(iter(marks)): True})
+    for layout in LAYOUTS:
+        run = run_layout(layout, [forged], sampled=False)
+        assert not any(run.exported.values()), layout
+
+
+def test_the_sampling_tiers_split_alike() -> None:
+    single, gateway = load_yaml(SINGLE), load_yaml(GATEWAY)
+    for name in SAMPLED_AND_UNCERTAIN:
+        assert pipelines(gateway)[name] == pipelines(single)[name]
+        for processor in pipelines(single)[name]["processors"]:
+            assert gateway["processors"][processor] == single["processors"][processor], processor
+    assert (
+        gateway["processors"]["transform/mark_uncertain"] == single["processors"]["transform/mark_uncertain"]
+    )
+    assert gateway["connectors"] == single["connectors"]
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_late_spans_of_a_dropped_trace_are_dropped_on_arrival(path: Path) -> None:
+    """Both decision caches on, each far larger than num_traces (tail_sampling README,
+    `decision_cache`): a late span of a decided trace gets that decision at once, and a decided
+    trace leaves the num_traces buffer at once (processor.go, releaseSampledTrace and
+    releaseNotSampledTrace). Uncertain spans do not depend on it: traces/uncertain sends them."""
+    section = tail_sampling(path)
+    cache = section["decision_cache"]
+    assert cache["sampled_cache_size"] >= 2 * section["num_traces"]
+    assert cache["non_sampled_cache_size"] >= 2 * section["num_traces"]
+
+
+LATE_SPAN_OVERCLAIMS = ("decision of its own", "decided on its own", "no cache of dropped decisions")
+
+
+@pytest.mark.parametrize("path", (*SAMPLING, README), ids=lambda p: p.name)
+def test_no_file_says_a_late_span_of_a_dropped_trace_is_decided_again(path: Path) -> None:
+    text = " ".join(path.read_text().split()).lower()
+    assert not [claim for claim in LATE_SPAN_OVERCLAIMS if claim in text]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -856,7 +1195,7 @@ def test_agent_routes_by_trace_id_to_the_gateways() -> None:
 def test_gateway_has_tail_sampling_and_exports_to_jaeger_and_tempo() -> None:
     for path in SAMPLING:
         config = load_yaml(path)
-        assert "tail_sampling" in pipelines(config)["traces"]["processors"]
+        assert "tail_sampling" in pipelines(config)["traces/sampled"]["processors"]
         endpoints = {name: resolve(e["endpoint"]) for name, e in config["exporters"].items()}
         assert endpoints == {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
 
