@@ -200,10 +200,11 @@ INT_KEYS = frozenset(
 FREE_TEXT_KEYS = frozenset((t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID))
 
 # Keys every exported span may carry whatever instrumentation made it: exception events
-# (Span.record_exception) and the resource of the Python SDK.
-EXCEPTION_KEYS = frozenset(
-    ("exception.type", "exception.message", "exception.stacktrace", "exception.escaped")
-)
+# (Span.record_exception) and the resource of the Python SDK. An exception's message and stack trace
+# are not among them: the plugin itself records only an exception's type (telemetry.ERROR_TYPE), as
+# the message may quote what the server said; the collector deletes both from other spans' events.
+EXCEPTION_KEYS = frozenset(("exception.type", "exception.escaped"))
+EXCEPTION_TEXT_KEYS = frozenset(("exception.message", "exception.stacktrace"))
 RESOURCE_KEYS = frozenset(
     (
         "service.name",
@@ -213,8 +214,11 @@ RESOURCE_KEYS = frozenset(
         "telemetry.auto.version",
     )
 )
-# Deliberately never on the list: headers the instrumentor can capture, and command lines.
-NEVER_ALLOWED = re.compile(r"^(http\.(request|response)\.header\..*|process\.command(_line|_args)?)$")
+# Deliberately never on the list: headers the instrumentor can capture, command lines, and the text
+# of an exception.
+NEVER_ALLOWED = re.compile(
+    r"^(http\.(request|response)\.header\..*|process\.command(_line|_args)?|exception\.(message|stacktrace))$"
+)
 
 
 @cache
@@ -418,7 +422,9 @@ def test_the_httpx2_instrumentor_keys_are_allowed(
 ) -> None:
     span_keys = httpx2_instrumentor_keys["span"]
     assert {"http.method", "url.full", "http.response.status_code", "server.address"} <= span_keys, span_keys
-    missing = (span_keys | httpx2_instrumentor_keys["event"]) - set(allow_list(path))
+    # It records exceptions in full (message, stack trace): those two keys are deleted on purpose.
+    assert httpx2_instrumentor_keys["event"] >= EXCEPTION_TEXT_KEYS
+    missing = (span_keys | httpx2_instrumentor_keys["event"]) - EXCEPTION_TEXT_KEYS - set(allow_list(path))
     assert not missing, (
         f"{path.name}: httpx2 instrumentor keys missing from the allow-list: {sorted(missing)}"
     )
@@ -440,6 +446,70 @@ def test_agent_and_single_tier_redact_alike() -> None:
     assert single.pop("summary") == "debug"
     assert agent.pop("summary") == "info"
     assert single == agent
+    status = "transform/redact_status"
+    assert load_yaml(SINGLE)["processors"][status] == load_yaml(AGENT)["processors"][status]
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_the_text_of_an_exception_is_not_allowed(path: Path) -> None:
+    assert not EXCEPTION_TEXT_KEYS & set(allow_list(path))
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_status_messages_are_masked_with_the_blocked_values_right_after_redaction(path: Path) -> None:
+    """The redaction processor leaves a span's status message alone (processor.go: resource, scope,
+    span and span-event attributes only); the plugin masks it, and so does transform/redact_status,
+    with the very same patterns, in every pipeline that redacts."""
+    config = load_yaml(path)
+    for name, pipeline in pipelines(config).items():
+        names = pipeline["processors"]
+        if "redaction" in names:
+            assert names[names.index("redaction") + 1] == "transform/redact_status", name
+    (group,) = config["processors"]["transform/redact_status"]["trace_statements"]
+    assert group["context"] == "span"
+    replaced = [OTTL_REPLACE_STATUS.fullmatch(statement) for statement in group["statements"]]
+    assert all(replaced), group["statements"]
+    patterns = [ottl_string(match.group(1)) for match in replaced if match]
+    assert patterns == redaction(path)["blocked_values"]
+    assert {ottl_string(match.group(2)) for match in replaced if match} == {"****"}
+
+
+@pytest.mark.parametrize("layout", ("single", "two-tier"))
+def test_secrets_in_a_status_message_do_not_reach_the_backends(layout: str) -> None:
+    spans = [
+        sample_span(number, "tools/call charge", CALL, status=f"McpError: {text}")
+        for number, text in enumerate(SECRETS)
+    ]
+    run = run_layout(layout, spans, sampled=True)
+    sent = {span["id"]: span["status"] for span in run.exported["otlp/jaeger"]}
+    assert len(sent) == len(SECRETS)
+    for number, (text, secret) in enumerate(SECRETS.items()):
+        assert secret not in sent[number], f"{layout}: not masked in a status message: {text!r}"
+    harmless = [sample_span(0, "x", CALL, status=f"McpError: {word}") for word in sorted(harmless_values())]
+    for span in run_layout(layout, harmless, sampled=True).exported["otlp/jaeger"]:
+        assert "****" not in span["status"], span["status"]
+
+
+# What each redacting stage does not reach, and the claims that said otherwise.
+REDACTION_OVERCLAIMS = ("fail closed", "fails closed", "attributes alike")
+REDACTION_LIMITS = (
+    "status message",
+    "link attributes",
+    "event names",
+    "span names",
+    "scope attributes",
+    "#42659",
+    "exception.message",
+)
+
+
+@pytest.mark.parametrize("path", (*REDACTING, README), ids=lambda p: p.name)
+def test_the_redaction_claims_are_what_the_stages_do(path: Path) -> None:
+    text = " ".join(path.read_text().split())
+    assert not [claim for claim in REDACTION_OVERCLAIMS if claim in text.lower()]
+    if path == README:
+        section = text.split("### Redaction: the second line", 1)[1].split("###", 1)[0]
+        assert not [limit for limit in REDACTION_LIMITS if limit not in section]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -680,10 +750,10 @@ SAMPLED_AND_UNCERTAIN = {
 }
 PIPELINE_ORDER: dict[Path, dict[str, list[str]]] = {
     SINGLE: {
-        "traces": ["memory_limiter", "redaction", "transform/mark_uncertain"],
+        "traces": ["memory_limiter", "redaction", "transform/redact_status", "transform/mark_uncertain"],
         **SAMPLED_AND_UNCERTAIN,
     },
-    AGENT: {"traces": ["memory_limiter", "redaction", "batch"]},
+    AGENT: {"traces": ["memory_limiter", "redaction", "transform/redact_status", "batch"]},
     GATEWAY: {"traces": ["memory_limiter", "transform/mark_uncertain"], **SAMPLED_AND_UNCERTAIN},
 }
 
