@@ -1480,6 +1480,25 @@ def test_the_dashboard_has_the_promised_panels() -> None:
             assert target.get("metricsQueryType") == "range"
 
 
+def test_quantile_panels_draw_each_quantile_on_its_own() -> None:
+    """Stacked, a p90 series is drawn on top of the p50 one (its height p50 + p90), and a `sum` legend
+    adds quantiles up: neither means anything. Tempo buckets an integer attribute by powers of two
+    before it takes a quantile (pkg/traceql/ast_metrics.go, bucketizeAttribute; Log2Bucketize), so
+    the panel says its lines are approximate."""
+    panels = [panel for panel, target in dashboard_targets() if "quantile_over_time" in target["query"]]
+    assert panels
+    for panel in panels:
+        custom = panel["fieldConfig"]["defaults"]["custom"]
+        assert custom.get("stacking", {}).get("mode", "none") == "none", panel["title"]
+        assert custom.get("drawStyle", "line") == "line", panel["title"]
+        assert not {"sum", "count", "delta"} & set(panel["options"]["legend"].get("calcs", [])), panel[
+            "title"
+        ]
+        assert "power of two" in panel["description"] or "powers of two" in panel["description"]
+    readme = " ".join(README.read_text().split())
+    assert "powers of two" in readme.split("quantile_over_time(span.", 1)[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # Queries: TraceQL and Jaeger tags use only contract attributes and words
 
