@@ -1270,6 +1270,24 @@ def test_gateway_has_tail_sampling_and_exports_to_jaeger_and_tempo() -> None:
         assert endpoints == {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
 
 
+def test_the_agent_reroutes_what_a_vanished_gateway_did_not_take() -> None:
+    """Without top-level retry and queue the loadbalancing exporter does not re-route data that its
+    per-gateway exporter failed to deliver (loadbalancingexporter README, "Resilience and scaling
+    considerations"). The per-gateway exporter gives up first, then the top level sends the data again
+    by the resolver's current view of the gateways. The per-gateway exporter has no queue of its own:
+    a queue would accept the data and drop it after its retries, and no error would come back."""
+    exporter = load_yaml(AGENT)["exporters"]["loadbalancing"]
+    assert exporter["retry_on_failure"]["enabled"] is True
+    assert exporter["sending_queue"]["enabled"] is True
+    assert exporter["protocol"]["otlp"]["sending_queue"]["enabled"] is False
+    given_up = {
+        level: section["retry_on_failure"]["max_elapsed_time"]
+        for level, section in (("per gateway", exporter["protocol"]["otlp"]), ("top", exporter))
+    }
+    assert all(re.fullmatch(r"\d+s", value) for value in given_up.values()), given_up
+    assert int(given_up["per gateway"][:-1]) < int(given_up["top"][:-1])
+
+
 # ---------------------------------------------------------------------------------------------
 # Compose
 
@@ -1400,6 +1418,46 @@ def test_every_config_file_is_mounted_by_a_compose_file() -> None:
     for path in config_files():
         if path not in (COMPOSE, COMPOSE_TWO_TIER):
             assert mounted(path), f"{path.relative_to(CC)} is not mounted by either compose file"
+
+
+METRICS_PORT = 8888
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_the_collector_serves_its_own_metrics_where_a_published_port_reaches_them(path: Path) -> None:
+    """By default the collector serves its metrics on localhost:8888 (collector v0.136.0,
+    service/telemetry/otelconftelemetry/factory.go): inside a container, out of every published
+    port's reach. A reader written out also loses the default reader's naming unless told."""
+    (reader,) = load_yaml(path)["service"]["telemetry"]["metrics"]["readers"]
+    prometheus = reader["pull"]["exporter"]["prometheus"]
+    assert prometheus["host"] == "0.0.0.0" and prometheus["port"] == METRICS_PORT
+    for naming in ("without_units", "without_type_suffix", "without_scope_info"):
+        assert prometheus[naming] is True, naming
+
+
+def test_the_collector_metrics_are_published_on_loopback() -> None:
+    ports = [str(port).split("#")[0].strip() for port in compose_services(COMPOSE)["otelcol"]["ports"]]
+    assert f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}" in ports
+    assert f"http://localhost:{METRICS_PORT}/metrics" in README.read_text()
+
+
+def test_each_collector_container_has_the_memory_limit_its_memory_limiter_reads() -> None:
+    """memory_limiter's percentages are of the cgroup's limit, or of the host's RAM when there is
+    none (collector v0.136.0, internal/memorylimiter/iruntime/total_memory_linux.go)."""
+    for services, name in ((compose_services(COMPOSE), "otelcol"), (merged_services(), "otelcol-gateway")):
+        config = load_yaml(CC / next(m.source for m in mounts(services[name]) if m.source.endswith(".yaml")))
+        assert "limit_percentage" in config["processors"]["memory_limiter"]
+        assert re.fullmatch(r"\d+[mg]", str(services[name].get("mem_limit", ""))), name
+
+
+README_DETAIL_OVERCLAIMS = (r"`dns`\s*\(default\)", r"resolvers? `dns` \(default")
+
+
+def test_the_readme_names_no_default_resolver() -> None:
+    """The loadbalancing exporter has no default resolver: leaving `resolver` out is an error."""
+    text = " ".join(README.read_text().split())
+    assert not [claim for claim in README_DETAIL_OVERCLAIMS if re.search(claim, text)]
+    assert "no default" in text.split("`loadbalancing`", 1)[1]
 
 
 def test_images_are_pinned() -> None:
