@@ -10,6 +10,9 @@ No collector, Docker or network runs here. What is checked instead:
   component types and keys are those of the contrib distribution v0.136.0;
 - tail-sampling policies read contract keys and words, cover every decline reason, read only keys
   the allow-list keeps, and the processors run in the documented order;
+- the pipelines, run on the contract's spans (a small reading of the OTTL used here), export every
+  uncertain span exactly once and every other span at most once, whether the sampler keeps or
+  drops the trace, in both layouts;
 - blocked patterns are RE2-safe, mask sample secrets and leave the contract's words alone;
 - the compose files mount the files they name (which exist) and publish on 127.0.0.1 only;
 - the dashboard's and the README's queries (TraceQL, Jaeger tags) use only contract attributes and
@@ -25,6 +28,7 @@ named as one of those kinds, and this file fails until the allow-lists carry it.
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import json
 import os
@@ -32,6 +36,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -199,10 +204,11 @@ INT_KEYS = frozenset(
 FREE_TEXT_KEYS = frozenset((t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID))
 
 # Keys every exported span may carry whatever instrumentation made it: exception events
-# (Span.record_exception) and the resource of the Python SDK.
-EXCEPTION_KEYS = frozenset(
-    ("exception.type", "exception.message", "exception.stacktrace", "exception.escaped")
-)
+# (Span.record_exception) and the resource of the Python SDK. An exception's message and stack trace
+# are not among them: the plugin itself records only an exception's type (telemetry.ERROR_TYPE), as
+# the message may quote what the server said; the collector deletes both from other spans' events.
+EXCEPTION_KEYS = frozenset(("exception.type", "exception.escaped"))
+EXCEPTION_TEXT_KEYS = frozenset(("exception.message", "exception.stacktrace"))
 RESOURCE_KEYS = frozenset(
     (
         "service.name",
@@ -212,8 +218,11 @@ RESOURCE_KEYS = frozenset(
         "telemetry.auto.version",
     )
 )
-# Deliberately never on the list: headers the instrumentor can capture, and command lines.
-NEVER_ALLOWED = re.compile(r"^(http\.(request|response)\.header\..*|process\.command(_line|_args)?)$")
+# Deliberately never on the list: headers the instrumentor can capture, command lines, and the text
+# of an exception.
+NEVER_ALLOWED = re.compile(
+    r"^(http\.(request|response)\.header\..*|process\.command(_line|_args)?|exception\.(message|stacktrace))$"
+)
 
 
 @cache
@@ -417,7 +426,9 @@ def test_the_httpx2_instrumentor_keys_are_allowed(
 ) -> None:
     span_keys = httpx2_instrumentor_keys["span"]
     assert {"http.method", "url.full", "http.response.status_code", "server.address"} <= span_keys, span_keys
-    missing = (span_keys | httpx2_instrumentor_keys["event"]) - set(allow_list(path))
+    # It records exceptions in full (message, stack trace): those two keys are deleted on purpose.
+    assert httpx2_instrumentor_keys["event"] >= EXCEPTION_TEXT_KEYS
+    missing = (span_keys | httpx2_instrumentor_keys["event"]) - EXCEPTION_TEXT_KEYS - set(allow_list(path))
     assert not missing, (
         f"{path.name}: httpx2 instrumentor keys missing from the allow-list: {sorted(missing)}"
     )
@@ -439,6 +450,70 @@ def test_agent_and_single_tier_redact_alike() -> None:
     assert single.pop("summary") == "debug"
     assert agent.pop("summary") == "info"
     assert single == agent
+    status = "transform/redact_status"
+    assert load_yaml(SINGLE)["processors"][status] == load_yaml(AGENT)["processors"][status]
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_the_text_of_an_exception_is_not_allowed(path: Path) -> None:
+    assert not EXCEPTION_TEXT_KEYS & set(allow_list(path))
+
+
+@pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
+def test_status_messages_are_masked_with_the_blocked_values_right_after_redaction(path: Path) -> None:
+    """The redaction processor leaves a span's status message alone (processor.go: resource, scope,
+    span and span-event attributes only); the plugin masks it, and so does transform/redact_status,
+    with the very same patterns, in every pipeline that redacts."""
+    config = load_yaml(path)
+    for name, pipeline in pipelines(config).items():
+        names = pipeline["processors"]
+        if "redaction" in names:
+            assert names[names.index("redaction") + 1] == "transform/redact_status", name
+    (group,) = config["processors"]["transform/redact_status"]["trace_statements"]
+    assert group["context"] == "span"
+    replaced = [OTTL_REPLACE_STATUS.fullmatch(statement) for statement in group["statements"]]
+    assert all(replaced), group["statements"]
+    patterns = [ottl_string(match.group(1)) for match in replaced if match]
+    assert patterns == redaction(path)["blocked_values"]
+    assert {ottl_string(match.group(2)) for match in replaced if match} == {"****"}
+
+
+@pytest.mark.parametrize("layout", ("single", "two-tier"))
+def test_secrets_in_a_status_message_do_not_reach_the_backends(layout: str) -> None:
+    spans = [
+        sample_span(number, "tools/call charge", CALL, status=f"McpError: {text}")
+        for number, text in enumerate(SECRETS)
+    ]
+    run = run_layout(layout, spans, sampled=True)
+    sent = {span["id"]: span["status"] for span in run.exported["otlp/jaeger"]}
+    assert len(sent) == len(SECRETS)
+    for number, (text, secret) in enumerate(SECRETS.items()):
+        assert secret not in sent[number], f"{layout}: not masked in a status message: {text!r}"
+    harmless = [sample_span(0, "x", CALL, status=f"McpError: {word}") for word in sorted(harmless_values())]
+    for span in run_layout(layout, harmless, sampled=True).exported["otlp/jaeger"]:
+        assert "****" not in span["status"], span["status"]
+
+
+# What each redacting stage does not reach, and the claims that said otherwise.
+REDACTION_OVERCLAIMS = ("fail closed", "fails closed", "attributes alike")
+REDACTION_LIMITS = (
+    "status message",
+    "link attributes",
+    "event names",
+    "span names",
+    "scope attributes",
+    "#42659",
+    "exception.message",
+)
+
+
+@pytest.mark.parametrize("path", (*REDACTING, README), ids=lambda p: p.name)
+def test_the_redaction_claims_are_what_the_stages_do(path: Path) -> None:
+    text = " ".join(path.read_text().split())
+    assert not [claim for claim in REDACTION_OVERCLAIMS if claim in text.lower()]
+    if path == README:
+        section = text.split("### Redaction: the second line", 1)[1].split("###", 1)[0]
+        assert not [limit for limit in REDACTION_LIMITS if limit not in section]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +646,7 @@ KNOWN_TYPES: dict[str, set[str]] = {
     },
     "exporters": {"otlp", "otlphttp", "debug", "nop", "loadbalancing"},
     "extensions": {"health_check", "zpages", "pprof"},
-    "connectors": set(),
+    "connectors": {"forward"},
 }
 # Keys of the v0.136.0 component configurations (the release's JSON schemas), for the components used.
 REDACTION_KEYS = {
@@ -639,16 +714,25 @@ def pipelines(config: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
 def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path) -> None:
     config = load_yaml(path)
     used: dict[str, set[str]] = {kind: set() for kind in KNOWN_TYPES}
+    connectors = set(config.get("connectors") or {})
+    connector_ends: dict[str, set[str]] = {connector: set() for connector in connectors}
     for name, pipeline in pipelines(config).items():
         assert name.split("/")[0] in {"traces", "metrics", "logs"}, name
         assert set(pipeline) <= {"receivers", "processors", "exporters"}, name
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
+                if kind != "processors" and component in connectors:
+                    # A connector is the exporter of one pipeline and the receiver of others.
+                    connector_ends[component].add(kind)
+                    used["connectors"].add(component)
+                    continue
                 assert component in (config.get(kind) or {}), (
                     f"{path.name}: {name} uses undefined {component}"
                 )
                 used[kind].add(component)
         assert pipeline.get("receivers") and pipeline.get("exporters"), name
+    for connector, ends in connector_ends.items():
+        assert ends == {"receivers", "exporters"}, f"{path.name}: {connector} is not both ends of pipelines"
     for extension in config["service"].get("extensions", []):
         assert extension in (config.get("extensions") or {}), f"{path.name}: undefined extension {extension}"
         used["extensions"].add(extension)
@@ -662,17 +746,26 @@ def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path)
     assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
 
 
-@pytest.mark.parametrize(
-    ("path", "order"),
-    [
-        (SINGLE, ["memory_limiter", "redaction", "tail_sampling", "batch"]),
-        (AGENT, ["memory_limiter", "redaction", "batch"]),
-        (GATEWAY, ["memory_limiter", "tail_sampling", "batch"]),
-    ],
-    ids=lambda v: v.name if isinstance(v, Path) else "",
-)
-def test_processor_order(path: Path, order: list[str]) -> None:
-    assert pipelines(load_yaml(path))["traces"]["processors"] == order
+# The pipelines and their processors, in order (README.md, "Pipeline order"). `traces` takes OTLP in;
+# in the sampling tiers it hands every span, marked, to `traces/sampled` and `traces/uncertain`.
+SAMPLED_AND_UNCERTAIN = {
+    "traces/sampled": ["tail_sampling", "filter/drop_uncertain", "batch"],
+    "traces/uncertain": ["filter/only_uncertain", "transform/unmark", "batch"],
+}
+PIPELINE_ORDER: dict[Path, dict[str, list[str]]] = {
+    SINGLE: {
+        "traces": ["memory_limiter", "redaction", "transform/redact_status", "transform/mark_uncertain"],
+        **SAMPLED_AND_UNCERTAIN,
+    },
+    AGENT: {"traces": ["memory_limiter", "redaction", "transform/redact_status", "batch"]},
+    GATEWAY: {"traces": ["memory_limiter", "transform/mark_uncertain"], **SAMPLED_AND_UNCERTAIN},
+}
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_processor_order(path: Path) -> None:
+    found = {name: pipeline["processors"] for name, pipeline in pipelines(load_yaml(path)).items()}
+    assert found == PIPELINE_ORDER[path]
 
 
 @pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
@@ -824,7 +917,6 @@ def test_the_rest_is_sampled_at_a_rate_the_user_sets(path: Path) -> None:
     assert re.fullmatch(r"\d+s", wait) and int(wait[:-1]) > 10, "longer than the default max_wait_ms"
     cache = section.get("decision_cache", {})
     assert cache.get("sampled_cache_size", 0) > 0
-    assert "non_sampled_cache_size" not in cache, "a late uncertain span must not inherit a drop"
 
 
 def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
@@ -840,6 +932,323 @@ def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
             assert read <= allowed, (
                 f"{policy['name']} reads {sorted(read - allowed)}, deleted by {redacting.name}"
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Uncertain calls survive sampling: the pipelines, run on sample spans
+#
+# A small reading of the OTTL this configuration uses (comparisons joined by `and`; `set`,
+# `delete_key` and `replace_pattern` statements) and of each processor's effect on a span, so that
+# the pipelines can be run on the contract's spans for both fates of a trace: kept or dropped by
+# tail_sampling. A statement or condition outside that reading fails the test instead of passing
+# unread.
+
+_OTTL_STRING = r'"(?:[^"\\]|\\.)*"'
+_OTTL_LITERAL = rf"{_OTTL_STRING}|true|false|nil|-?\d+"
+OTTL_COMPARISON = re.compile(
+    rf'(?:(span|spanevent)\.)?(?:attributes\["([^"]+)"\]|(name))\s*(==|!=)\s*({_OTTL_LITERAL})'
+)
+OTTL_SET_TRUE = re.compile(r'set\(span\.attributes\["([^"]+)"\], true\) where (.+)')
+OTTL_DELETE_KEY = re.compile(r'delete_key\(span\.attributes, "([^"]+)"\)')
+OTTL_REPLACE_STATUS = re.compile(
+    rf"replace_pattern\(span\.status\.message, ({_OTTL_STRING}), ({_OTTL_STRING})\)"
+)
+
+Span = dict[str, Any]  # {"id", "name", "attributes", "events": [{"name", "attributes"}], "status"}
+
+
+def ottl_string(literal: str) -> str:
+    """The value of an OTTL string literal (unquoted as Go does; only \\\\ and \\" are used here)."""
+    assert re.fullmatch(r'"(?:[^"\\]|\\["\\])*"', literal), f"an escape OTTL may read otherwise: {literal}"
+    value: str = json.loads(literal)
+    return value
+
+
+def ottl_value(literal: str) -> Any:
+    if literal.startswith('"'):
+        return ottl_string(literal)
+    if literal in {"true", "false"}:
+        return literal == "true"
+    return None if literal == "nil" else int(literal)
+
+
+def ottl_holds(condition: str, span: Span, event: Span | None = None) -> bool:
+    """Whether a condition holds for a span (span context) or for one of its events (spanevent)."""
+    for atom in condition.split(" and "):
+        match = OTTL_COMPARISON.fullmatch(atom.strip())
+        assert match, f"not read by this test: {atom!r} in {condition!r}"
+        prefix, key, is_name, op, literal = match.groups()
+        target = span if prefix == "span" or event is None else event
+        actual = target["name"] if is_name else target["attributes"].get(key)
+        expected = ottl_value(literal)
+        # nil compares equal only to an absent key; otherwise type and value (true is not 1)
+        equal = (
+            actual is None if expected is None else (type(actual) is type(expected) and actual == expected)
+        )
+        if equal != (op == "=="):
+            return False
+    return True
+
+
+def run_transform(section: Mapping[str, Any], span: Span) -> None:
+    assert set(section) <= {"error_mode", "trace_statements"}
+    assert section["error_mode"] == "ignore"
+    for group in section["trace_statements"]:
+        assert set(group) <= {"context", "statements"}, group
+        context = group["context"]
+        assert context in {"span", "spanevent"}, context
+        for statement in group["statements"]:
+            if "spanevent." in statement:
+                assert context == "spanevent", statement
+            if match := OTTL_SET_TRUE.fullmatch(statement):
+                key, condition = match.groups()
+                targets = span["events"] if context == "spanevent" else [None]
+                if any(ottl_holds(condition, span, event) for event in targets):
+                    span["attributes"][key] = True
+            elif match := OTTL_DELETE_KEY.fullmatch(statement):
+                assert context == "span", statement
+                span["attributes"].pop(match.group(1), None)
+            elif match := OTTL_REPLACE_STATUS.fullmatch(statement):
+                assert context == "span", statement
+                pattern, replacement = (ottl_string(g) for g in match.groups())
+                assert "$" not in replacement
+                span["status"] = re.sub(pattern, replacement, span["status"])
+            else:
+                raise AssertionError(f"not read by this test: {statement!r}")
+
+
+def run_filter(section: Mapping[str, Any], batch: list[Span]) -> list[Span]:
+    assert set(section) <= {"error_mode", "traces"}
+    assert section["error_mode"] == "ignore"
+    assert set(section["traces"]) <= {"span", "spanevent"}
+    kept = []
+    for span in batch:
+        if any(ottl_holds(condition, span) for condition in section["traces"].get("span", [])):
+            continue
+        for condition in section["traces"].get("spanevent", []):
+            span["events"] = [e for e in span["events"] if not ottl_holds(condition, span, e)]
+        kept.append(span)
+    return kept
+
+
+def run_redaction(section: Mapping[str, Any], span: Span) -> None:
+    allowed = set(section["allowed_keys"])
+    for holder in (span, *span["events"]):
+        holder["attributes"] = {k: v for k, v in holder["attributes"].items() if k in allowed}
+        for key, value in holder["attributes"].items():
+            if isinstance(value, str):
+                holder["attributes"][key] = masked(value, section["blocked_values"])
+
+
+@dataclass
+class Run:
+    """One batch through a collector: what each exporter sent, and what tail_sampling was shown."""
+
+    sampled: bool
+    exported: dict[str, list[Span]]
+    shown_to_sampler: list[Span]
+
+
+def run_processors(config: Mapping[str, Any], names: list[str], batch: list[Span], run: Run) -> list[Span]:
+    for name in names:
+        kind, section = name.split("/")[0], resolve(config["processors"][name])
+        if kind in {"memory_limiter", "batch"}:
+            continue
+        if kind == "tail_sampling":
+            run.shown_to_sampler.extend(copy.deepcopy(batch))
+            batch = batch if run.sampled else []
+        elif kind == "filter":
+            batch = run_filter(section, batch)
+        elif kind == "transform":
+            for span in batch:
+                run_transform(section, span)
+        elif kind == "redaction":
+            for span in batch:
+                run_redaction(section, span)
+        else:
+            raise AssertionError(f"{name}: not run by this test")
+    return batch
+
+
+def run_collector(path: Path, batch: list[Span], sampled: bool) -> Run:
+    """Send `batch` to the collector's OTLP receiver; tail_sampling keeps or drops the trace."""
+    config = load_yaml(path)
+    connectors = set(config.get("connectors") or {})
+    run = Run(sampled, defaultdict(list), [])
+
+    def feed(receiver: str, spans: list[Span]) -> None:
+        for pipeline in pipelines(config).values():
+            if receiver in pipeline["receivers"]:
+                out = run_processors(config, pipeline["processors"], copy.deepcopy(spans), run)
+                for exporter in pipeline["exporters"]:
+                    if exporter in connectors:
+                        feed(exporter, out)
+                    else:
+                        run.exported[exporter].extend(copy.deepcopy(out))
+
+    feed("otlp", batch)
+    return run
+
+
+def run_layout(layout: str, batch: list[Span], sampled: bool) -> Run:
+    if layout == "single":
+        return run_collector(SINGLE, batch, sampled)
+    agent = run_collector(AGENT, batch, sampled)
+    assert set(agent.exported) == {"loadbalancing"}
+    return run_collector(GATEWAY, agent.exported["loadbalancing"], sampled)
+
+
+def sample_span(
+    number: int, name: str, attributes: Mapping[str, Any], events: Sequence[Span] = (), status: str = ""
+) -> Span:
+    return {
+        "id": number,
+        "name": name,
+        "attributes": dict(attributes),
+        "events": list(events),
+        "status": status,
+    }
+
+
+def record(**attributes: Any) -> Span:
+    return {"name": t.RECORD_EVENT, "attributes": attributes}
+
+
+ATTEMPT = {t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: "charge", t.JSONRPC_REQUEST_ID: "7"}
+CALL = {**ATTEMPT, t.POLICY: "app-authorized"}
+# (span, uncertain?): one of each way the contract marks a call uncertain, and spans that are not.
+SAMPLE_SPANS: list[tuple[Span, bool]] = [
+    (
+        sample_span(
+            1, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "network", t.EFFECT: "unknown"}
+        ),
+        True,
+    ),
+    (
+        sample_span(
+            2,
+            t.ATTEMPT_SPAN_PREFIX,
+            {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "error", t.EFFECT: "applied", t.DECLINED: "not-retryable"},
+        ),
+        True,
+    ),
+    (
+        sample_span(3, "tools/call charge", CALL, [record(**{t.EFFECT: "unknown", t.MAY_HAVE_RUN: False})]),
+        True,
+    ),
+    (sample_span(4, "tools/call charge", CALL, [record(**{t.EFFECT: "none", t.MAY_HAVE_RUN: True})]), True),
+    (sample_span(5, "tools/call charge", CALL, [{"name": t.RECORD_REFUSED_EVENT, "attributes": {}}]), True),
+    (sample_span(6, "tools/call charge", {**CALL, t.DECLINED: "repeat-of-unknown"}), True),
+    (sample_span(7, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.EFFECT: "applied"}), False),
+    (
+        sample_span(
+            8,
+            t.ATTEMPT_SPAN_PREFIX,
+            {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "throttle", t.EFFECT: "none", t.WAIT_MS: 250},
+        ),
+        False,
+    ),
+    (
+        sample_span(9, "tools/call charge", CALL, [record(**{t.EFFECT: "applied", t.MAY_HAVE_RUN: False})]),
+        False,
+    ),
+    (sample_span(10, "MCP send tools/call charge", {t.MCP_METHOD_NAME: "tools/call"}), False),
+    (
+        sample_span(
+            11,
+            "POST",
+            {"http.request.method": "POST"},
+            [{"name": "exception", "attributes": {"exception.type": "ConnectError"}}],
+            "ConnectError: refused",
+        ),
+        False,
+    ),
+]
+LAYOUTS = ("single", "two-tier")
+
+
+@pytest.mark.parametrize("sampled", [True, False], ids=["trace-kept", "trace-dropped"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_uncertain_span_is_exported_exactly_once_whatever_the_trace_s_fate(
+    layout: str, sampled: bool
+) -> None:
+    """An uncertain call reaches Jaeger and Tempo even when tail_sampling drops its trace (a late
+    span of a dropped trace inherits the drop: tail_sampling README, "Late-Arriving Spans"), and no
+    span reaches them twice."""
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled)
+    assert set(run.exported) == {"otlp/jaeger", "otlp/tempo"}
+    for exporter, spans in run.exported.items():
+        sent = Counter(span["id"] for span in spans)
+        for span, uncertain in SAMPLE_SPANS:
+            expected = 1 if uncertain or sampled else 0
+            assert sent[span["id"]] == expected, (
+                f"{layout}, {exporter}, trace {'kept' if sampled else 'dropped'}: span {span['id']} "
+                f"({span['name']}) sent {sent[span['id']]} times, expected {expected}"
+            )
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_sampler_still_sees_every_uncertain_span(layout: str) -> None:
+    """The uncertain spans are split off after tail_sampling, so they still keep their trace."""
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled=False)
+    shown = {span["id"] for span in run.shown_to_sampler}
+    assert shown == {span["id"] for span, _ in SAMPLE_SPANS}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_what_is_exported_carries_only_allowed_keys(layout: str) -> None:
+    """The mark that splits the uncertain spans off never leaves the collector."""
+    allowed = set(allow_list(SINGLE))
+    run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled=True)
+    for spans in run.exported.values():
+        for span in spans:
+            assert set(span["attributes"]) <= allowed, span
+            for event in span["events"]:
+                assert set(event["attributes"]) <= allowed, event
+
+
+def test_a_span_carrying_the_mark_from_outside_loses_it_to_redaction() -> None:
+    """The single tier redacts before it marks, and the agents redact before the gateways mark."""
+    groups = load_yaml(SINGLE)["processors"]["transform/mark_uncertain"]["trace_statements"]
+    marks = {match.group(1) for g in groups for s in g["statements"] if (match := OTTL_SET_TRUE.fullmatch(s))}
+    assert len(marks) == 1 and not marks & set(allow_list(SINGLE)) and not marks & plugin_attribute_keys()
+    forged = sample_span(99, "forged", {**ATTEMPT, next(iter(marks)): True})
+    for layout in LAYOUTS:
+        run = run_layout(layout, [forged], sampled=False)
+        assert not any(run.exported.values()), layout
+
+
+def test_the_sampling_tiers_split_alike() -> None:
+    single, gateway = load_yaml(SINGLE), load_yaml(GATEWAY)
+    for name in SAMPLED_AND_UNCERTAIN:
+        assert pipelines(gateway)[name] == pipelines(single)[name]
+        for processor in pipelines(single)[name]["processors"]:
+            assert gateway["processors"][processor] == single["processors"][processor], processor
+    assert (
+        gateway["processors"]["transform/mark_uncertain"] == single["processors"]["transform/mark_uncertain"]
+    )
+    assert gateway["connectors"] == single["connectors"]
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_late_spans_of_a_dropped_trace_are_dropped_on_arrival(path: Path) -> None:
+    """Both decision caches on, each far larger than num_traces (tail_sampling README,
+    `decision_cache`): a late span of a decided trace gets that decision at once, and a decided
+    trace leaves the num_traces buffer at once (processor.go, releaseSampledTrace and
+    releaseNotSampledTrace). Uncertain spans do not depend on it: traces/uncertain sends them."""
+    section = tail_sampling(path)
+    cache = section["decision_cache"]
+    assert cache["sampled_cache_size"] >= 2 * section["num_traces"]
+    assert cache["non_sampled_cache_size"] >= 2 * section["num_traces"]
+
+
+LATE_SPAN_OVERCLAIMS = ("decision of its own", "decided on its own", "no cache of dropped decisions")
+
+
+@pytest.mark.parametrize("path", (*SAMPLING, README), ids=lambda p: p.name)
+def test_no_file_says_a_late_span_of_a_dropped_trace_is_decided_again(path: Path) -> None:
+    text = " ".join(path.read_text().split()).lower()
+    assert not [claim for claim in LATE_SPAN_OVERCLAIMS if claim in text]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -860,9 +1269,27 @@ def test_agent_routes_by_trace_id_to_the_gateways() -> None:
 def test_gateway_has_tail_sampling_and_exports_to_jaeger_and_tempo() -> None:
     for path in SAMPLING:
         config = load_yaml(path)
-        assert "tail_sampling" in pipelines(config)["traces"]["processors"]
+        assert "tail_sampling" in pipelines(config)["traces/sampled"]["processors"]
         endpoints = {name: resolve(e["endpoint"]) for name, e in config["exporters"].items()}
         assert endpoints == {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
+
+
+def test_the_agent_reroutes_what_a_vanished_gateway_did_not_take() -> None:
+    """Without top-level retry and queue the loadbalancing exporter does not re-route data that its
+    per-gateway exporter failed to deliver (loadbalancingexporter README, "Resilience and scaling
+    considerations"). The per-gateway exporter gives up first, then the top level sends the data again
+    by the resolver's current view of the gateways. The per-gateway exporter has no queue of its own:
+    a queue would accept the data and drop it after its retries, and no error would come back."""
+    exporter = load_yaml(AGENT)["exporters"]["loadbalancing"]
+    assert exporter["retry_on_failure"]["enabled"] is True
+    assert exporter["sending_queue"]["enabled"] is True
+    assert exporter["protocol"]["otlp"]["sending_queue"]["enabled"] is False
+    given_up = {
+        level: section["retry_on_failure"]["max_elapsed_time"]
+        for level, section in (("per gateway", exporter["protocol"]["otlp"]), ("top", exporter))
+    }
+    assert all(re.fullmatch(r"\d+s", value) for value in given_up.values()), given_up
+    assert int(given_up["per gateway"][:-1]) < int(given_up["top"][:-1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -997,6 +1424,46 @@ def test_every_config_file_is_mounted_by_a_compose_file() -> None:
             assert mounted(path), f"{path.relative_to(CC)} is not mounted by either compose file"
 
 
+METRICS_PORT = 8888
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
+def test_the_collector_serves_its_own_metrics_where_a_published_port_reaches_them(path: Path) -> None:
+    """By default the collector serves its metrics on localhost:8888 (collector v0.136.0,
+    service/telemetry/otelconftelemetry/factory.go): inside a container, out of every published
+    port's reach. A reader written out also loses the default reader's naming unless told."""
+    (reader,) = load_yaml(path)["service"]["telemetry"]["metrics"]["readers"]
+    prometheus = reader["pull"]["exporter"]["prometheus"]
+    assert prometheus["host"] == "0.0.0.0" and prometheus["port"] == METRICS_PORT
+    for naming in ("without_units", "without_type_suffix", "without_scope_info"):
+        assert prometheus[naming] is True, naming
+
+
+def test_the_collector_metrics_are_published_on_loopback() -> None:
+    ports = [str(port).split("#")[0].strip() for port in compose_services(COMPOSE)["otelcol"]["ports"]]
+    assert f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}" in ports
+    assert f"http://localhost:{METRICS_PORT}/metrics" in README.read_text()
+
+
+def test_each_collector_container_has_the_memory_limit_its_memory_limiter_reads() -> None:
+    """memory_limiter's percentages are of the cgroup's limit, or of the host's RAM when there is
+    none (collector v0.136.0, internal/memorylimiter/iruntime/total_memory_linux.go)."""
+    for services, name in ((compose_services(COMPOSE), "otelcol"), (merged_services(), "otelcol-gateway")):
+        config = load_yaml(CC / next(m.source for m in mounts(services[name]) if m.source.endswith(".yaml")))
+        assert "limit_percentage" in config["processors"]["memory_limiter"]
+        assert re.fullmatch(r"\d+[mg]", str(services[name].get("mem_limit", ""))), name
+
+
+README_DETAIL_OVERCLAIMS = (r"`dns`\s*\(default\)", r"resolvers? `dns` \(default")
+
+
+def test_the_readme_names_no_default_resolver() -> None:
+    """The loadbalancing exporter has no default resolver: leaving `resolver` out is an error."""
+    text = " ".join(README.read_text().split())
+    assert not [claim for claim in README_DETAIL_OVERCLAIMS if re.search(claim, text)]
+    assert "no default" in text.split("`loadbalancing`", 1)[1]
+
+
 def test_images_are_pinned() -> None:
     for path in (COMPOSE, COMPOSE_TWO_TIER):
         for name, service in compose_services(path).items():
@@ -1073,6 +1540,25 @@ def test_the_dashboard_has_the_promised_panels() -> None:
         assert panel["type"] == ("timeseries" if metrics else "table"), panel["title"]
         if metrics:
             assert target.get("metricsQueryType") == "range"
+
+
+def test_quantile_panels_draw_each_quantile_on_its_own() -> None:
+    """Stacked, a p90 series is drawn on top of the p50 one (its height p50 + p90), and a `sum` legend
+    adds quantiles up: neither means anything. Tempo buckets an integer attribute by powers of two
+    before it takes a quantile (pkg/traceql/ast_metrics.go, bucketizeAttribute; Log2Bucketize), so
+    the panel says its lines are approximate."""
+    panels = [panel for panel, target in dashboard_targets() if "quantile_over_time" in target["query"]]
+    assert panels
+    for panel in panels:
+        custom = panel["fieldConfig"]["defaults"]["custom"]
+        assert custom.get("stacking", {}).get("mode", "none") == "none", panel["title"]
+        assert custom.get("drawStyle", "line") == "line", panel["title"]
+        assert not {"sum", "count", "delta"} & set(panel["options"]["legend"].get("calcs", [])), panel[
+            "title"
+        ]
+        assert "power of two" in panel["description"] or "powers of two" in panel["description"]
+    readme = " ".join(README.read_text().split())
+    assert "powers of two" in readme.split("quantile_over_time(span.", 1)[1]
 
 
 # ---------------------------------------------------------------------------------------------
