@@ -33,8 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
     DropMidBody,
@@ -49,10 +48,11 @@ from otel_mcp_replay.demo.faults import (
     http_date,
     retryable_conflict,
 )
-from otel_mcp_replay.demo.faults import Status as HttpStatus
-from otel_mcp_replay.demo.proxy import TcpProxy
-from otel_mcp_replay.demo.receiver import OtlpReceiver, SpanDict, format_trace_tree
-from otel_mcp_replay.demo.server import Counters, ServerHandle, running_server
+from harness.faults import Status as HttpStatus
+from harness.proxy import TcpProxy
+from harness.receiver import OtlpReceiver, SpanDict, format_trace_tree
+from harness.server import Counters, ServerHandle, running_server
+from otel_mcp_replay import telemetry as t
 
 if sys.version_info < (3, 11):  # pragma: no cover - anyio brings the backport there
     from exceptiongroup import BaseExceptionGroup
@@ -794,7 +794,7 @@ def test_the_trace_tree_of_spans_whose_parent_never_arrived() -> None:
 
 def test_the_demo_server_runs_as_a_process() -> None:
     plan = json.dumps({"search": [{"fault": "throttle", "retry_after": "1"}]})
-    command = [sys.executable, "-m", "otel_mcp_replay.demo.server", "--app", "streamable-json"]
+    command = [sys.executable, "-m", "harness.server", "--app", "streamable-json"]
     with subprocess.Popen(
         [*command, "--faults", plan],
         stdin=subprocess.PIPE,
