@@ -334,6 +334,34 @@ def test_a_dropped_connection_tears_the_plain_session_down(
     assert server.counters.tool_posts("search") == 1
 
 
+def _until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_uvicorn_still_hands_each_connection_to_the_registry_that_cuts_it() -> None:
+    # The harness's one uvicorn internal, pinned: uvicorn gives an ASGI app no way to drop its
+    # connection (raising makes it answer 500), and no public API hands out a connection's transport,
+    # so harness.faults.abortable_h11_protocol subclasses uvicorn.protocols.http.h11_impl.H11Protocol
+    # (not a documented API) and overrides only asyncio.Protocol's connection_made/connection_lost.
+    # If a uvicorn upgrade moves or reshapes that class, this test names it; the drop tests would
+    # only fail with "cannot cut the connection".
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    assert issubclass(H11Protocol, asyncio.Protocol)
+    with running_server("streamable-json") as server:
+        assert _until(lambda: len(server.connections) == 0)  # the start-up probe's connection
+        with socket.create_connection(("127.0.0.1", server.port), timeout=1) as sock:
+            assert _until(lambda: len(server.connections) == 1), "uvicorn no longer calls connection_made"
+            transport = server.connections.get(sock.getsockname())
+            assert isinstance(transport, asyncio.Transport), "the registry holds no transport for it"
+        assert _until(lambda: len(server.connections) == 0), "uvicorn no longer calls connection_lost"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_drop_mid_json_body_tears_the_plain_session_down(streamable_json: ServerHandle, mode: str) -> None:
     streamable_json.reset()
