@@ -324,7 +324,7 @@ def test_a_dropped_connection_tears_the_plain_session_down(
     server.faults.add("search", fault)
     with pytest.raises(BaseExceptionGroup) as info:
         run(lambda: call_expecting_teardown(server.url, mode))
-    # DESIGN.md: the transport task group dies; the caller gets CancelledError and the Client's
+    # The plain SDK: the transport task group dies; the caller gets CancelledError and the Client's
     # exit raises the group holding the network error.
     (leaf,) = leaves(info.value)
     assert type(leaf) is error
@@ -538,7 +538,7 @@ def test_a_429_on_the_sse_transport_stops_the_plain_post_writer() -> None:
     with running_server("sse") as handle:
         handle.faults.add("search", Throttle("1"))
         (first, second), waited = run(lambda: scenario(handle.url))
-        # DESIGN.md: the call waits for its read timeout; the next one finds the connection closed.
+        # The plain SDK: the call waits for its read timeout; the next one finds the connection closed.
         assert (first.code, str(first)) == (-32001, "Request 'tools/call' timed out")
         assert (second.code, str(second)) == (-32000, "Connection closed")
         assert waited >= 1.0
