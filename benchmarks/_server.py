@@ -15,7 +15,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     Fault,
     FaultPlan,
@@ -23,7 +23,7 @@ from otel_mcp_replay.demo.faults import (
     Status,
     Throttle,
 )
-from otel_mcp_replay.demo.server import Counters, ServerHandle, running_server
+from harness.server import Counters, ServerHandle, running_server
 
 # What a long run's `search` calls meet, by weight: mostly answers, some 429s the app lets the
 # plugin repeat at once, some 503s (never repeated), a few cuts after the tool ran (the network kind).

@@ -24,10 +24,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from benchmarks._common import Section, declared, section_main
+from harness.faults import Throttle
+from harness.server import ServerHandle, running_server
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import Throttle
-from otel_mcp_replay.demo.server import ServerHandle, running_server
 
 TOLERANCE = 0.05
 

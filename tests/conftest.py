@@ -66,7 +66,7 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def server() -> Iterator[Any]:
     """The demo MCP server (streamable HTTP, SSE-framed answers) on 127.0.0.1."""
-    from otel_mcp_replay.demo.server import running_server
+    from harness.server import running_server
 
     with running_server("streamable") as handle:
         yield handle

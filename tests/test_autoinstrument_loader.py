@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.faults import FaultPlan, Throttle
+from harness.receiver import OtlpReceiver
+from harness.run import records_received
+from harness.server import ServerHandle, running_server
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import FaultPlan, Throttle
-from otel_mcp_replay.demo.receiver import OtlpReceiver
-from otel_mcp_replay.demo.run import records_received
-from otel_mcp_replay.demo.server import ServerHandle, running_server
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -19,12 +19,12 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from conftest import Telemetry, attempt_spans, the_record
+from harness.faults import Throttle
+from harness.server import ServerHandle
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.config import resolve
-from otel_mcp_replay.demo.faults import Throttle
-from otel_mcp_replay.demo.server import ServerHandle
 
 CANARY = "CANARY-env-4b1d"
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
+from harness import run as demo
+from harness.receiver import OtlpReceiver, SpanDict
+from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import servers_from_config_file
-from otel_mcp_replay.demo import run as demo
-from otel_mcp_replay.demo.receiver import OtlpReceiver, SpanDict
-from otel_mcp_replay.demo.server import Counters
 from otel_mcp_replay.redaction import MASK
 
 if sys.version_info >= (3, 11):
@@ -378,7 +378,7 @@ def test_no_argument_value_key_or_raw_session_id_crosses_the_wire(run: Run) -> N
 def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "otel_mcp_replay.demo.run"],
+        [sys.executable, "-m", "harness.run"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -33,8 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
     DropMidBody,
@@ -49,10 +48,11 @@ from otel_mcp_replay.demo.faults import (
     http_date,
     retryable_conflict,
 )
-from otel_mcp_replay.demo.faults import Status as HttpStatus
-from otel_mcp_replay.demo.proxy import TcpProxy
-from otel_mcp_replay.demo.receiver import OtlpReceiver, SpanDict, format_trace_tree
-from otel_mcp_replay.demo.server import Counters, ServerHandle, running_server
+from harness.faults import Status as HttpStatus
+from harness.proxy import TcpProxy
+from harness.receiver import OtlpReceiver, SpanDict, format_trace_tree
+from harness.server import Counters, ServerHandle, running_server
+from otel_mcp_replay import telemetry as t
 
 if sys.version_info < (3, 11):  # pragma: no cover - anyio brings the backport there
     from exceptiongroup import BaseExceptionGroup
@@ -324,7 +324,7 @@ def test_a_dropped_connection_tears_the_plain_session_down(
     server.faults.add("search", fault)
     with pytest.raises(BaseExceptionGroup) as info:
         run(lambda: call_expecting_teardown(server.url, mode))
-    # DESIGN.md: the transport task group dies; the caller gets CancelledError and the Client's
+    # The plain SDK: the transport task group dies; the caller gets CancelledError and the Client's
     # exit raises the group holding the network error.
     (leaf,) = leaves(info.value)
     assert type(leaf) is error
@@ -332,6 +332,34 @@ def test_a_dropped_connection_tears_the_plain_session_down(
         assert str(leaf) == "Server disconnected without sending a response."
     assert server.counters.executions("search") == executed
     assert server.counters.tool_posts("search") == 1
+
+
+def _until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_uvicorn_still_hands_each_connection_to_the_registry_that_cuts_it() -> None:
+    # The harness's one uvicorn internal, pinned: uvicorn gives an ASGI app no way to drop its
+    # connection (raising makes it answer 500), and no public API hands out a connection's transport,
+    # so harness.faults.abortable_h11_protocol subclasses uvicorn.protocols.http.h11_impl.H11Protocol
+    # (not a documented API) and overrides only asyncio.Protocol's connection_made/connection_lost.
+    # If a uvicorn upgrade moves or reshapes that class, this test names it; the drop tests would
+    # only fail with "cannot cut the connection".
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    assert issubclass(H11Protocol, asyncio.Protocol)
+    with running_server("streamable-json") as server:
+        assert _until(lambda: len(server.connections) == 0)  # the start-up probe's connection
+        with socket.create_connection(("127.0.0.1", server.port), timeout=1) as sock:
+            assert _until(lambda: len(server.connections) == 1), "uvicorn no longer calls connection_made"
+            transport = server.connections.get(sock.getsockname())
+            assert isinstance(transport, asyncio.Transport), "the registry holds no transport for it"
+        assert _until(lambda: len(server.connections) == 0), "uvicorn no longer calls connection_lost"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -510,7 +538,7 @@ def test_a_429_on_the_sse_transport_stops_the_plain_post_writer() -> None:
     with running_server("sse") as handle:
         handle.faults.add("search", Throttle("1"))
         (first, second), waited = run(lambda: scenario(handle.url))
-        # DESIGN.md: the call waits for its read timeout; the next one finds the connection closed.
+        # The plain SDK: the call waits for its read timeout; the next one finds the connection closed.
         assert (first.code, str(first)) == (-32001, "Request 'tools/call' timed out")
         assert (second.code, str(second)) == (-32000, "Connection closed")
         assert waited >= 1.0
@@ -794,7 +822,7 @@ def test_the_trace_tree_of_spans_whose_parent_never_arrived() -> None:
 
 def test_the_demo_server_runs_as_a_process() -> None:
     plan = json.dumps({"search": [{"fault": "throttle", "retry_after": "1"}]})
-    command = [sys.executable, "-m", "otel_mcp_replay.demo.server", "--app", "streamable-json"]
+    command = [sys.executable, "-m", "harness.server", "--app", "streamable-json"]
     with subprocess.Popen(
         [*command, "--faults", plan],
         stdin=subprocess.PIPE,

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from harness.receiver import OtlpReceiver, SpanDict
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.receiver import OtlpReceiver, SpanDict
 from otel_mcp_replay.redaction import ENV_REDACT_VALUES, ENV_SESSION_KEY, MASK
 
 BIN = Path(sys.executable).parent

@@ -41,10 +41,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from conftest import Telemetry, records
-from otel_mcp_replay import McpReplayInstrumentor, UnknownEffectError
-from otel_mcp_replay import runtime as _runtime
-from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
     DropMidBody,
@@ -55,9 +52,12 @@ from otel_mcp_replay.demo.faults import (
     Status,
     Throttle,
 )
-from otel_mcp_replay.demo.proxy import TcpProxy
-from otel_mcp_replay.demo.receiver import OtlpReceiver
-from otel_mcp_replay.demo.server import ServerHandle, running_server
+from harness.proxy import TcpProxy
+from harness.receiver import OtlpReceiver
+from harness.server import ServerHandle, running_server
+from otel_mcp_replay import McpReplayInstrumentor, UnknownEffectError
+from otel_mcp_replay import runtime as _runtime
+from otel_mcp_replay import telemetry as t
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup

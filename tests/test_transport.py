@@ -25,9 +25,7 @@ from mcp.shared.exceptions import MCPError
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from conftest import Telemetry, attempt_spans, records, the_record
-from otel_mcp_replay import McpReplayInstrumentor, ReplayUnavailableError, UnknownEffectError
-from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
     DropMidBody,
@@ -37,8 +35,10 @@ from otel_mcp_replay.demo.faults import (
     Throttle,
     http_date,
 )
-from otel_mcp_replay.demo.proxy import TcpProxy
-from otel_mcp_replay.demo.server import ServerHandle, running_server
+from harness.proxy import TcpProxy
+from harness.server import ServerHandle, running_server
+from otel_mcp_replay import McpReplayInstrumentor, ReplayUnavailableError, UnknownEffectError
+from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
 
@@ -405,7 +405,7 @@ async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
 
 async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, instrument: Any) -> None:
     instrument()
-    params = StdioServerParameters(command=sys.executable, args=["-m", "otel_mcp_replay.demo.stdio_server"])
+    params = StdioServerParameters(command=sys.executable, args=["-m", "harness.stdio_server"])
     async with Client(params) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("search", {"query": "q"})

@@ -13,9 +13,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from conftest import Telemetry, attempt_spans, records, the_record
-from otel_mcp_replay import UnknownEffectError
-from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
     JsonRpcError,
@@ -23,7 +21,9 @@ from otel_mcp_replay.demo.faults import (
     Throttle,
     retryable_conflict,
 )
-from otel_mcp_replay.demo.server import ServerHandle
+from harness.server import ServerHandle
+from otel_mcp_replay import UnknownEffectError
+from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
 

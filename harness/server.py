@@ -27,7 +27,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from starlette.types import ASGIApp
 
-from otel_mcp_replay.demo.faults import (
+from harness.faults import (
     ConnectionRegistry,
     FaultInjector,
     FaultPlan,
@@ -375,7 +375,7 @@ def _wait_started(userver: uvicorn.Server, thread: threading.Thread, port: int, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m otel_mcp_replay.demo.server`: serve until stdin closes or Ctrl-C.
+    """`python -m harness.server`: serve until stdin closes or Ctrl-C.
 
     Prints `MCP_URL=<endpoint>` as its first stdout line, for a parent process to read.
     """

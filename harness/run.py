@@ -1,4 +1,4 @@
-"""`python -m otel_mcp_replay.demo.run`: the plugin end to end on loopback, in one command.
+"""`python -m harness.run`: the plugin end to end on loopback, in one command.
 
 It serves the two endpoints of `examples/replay.toml` with the demo MCP server and a scripted mix
 of faults (429s, a connection cut after the tool ran, a changes tool with and without its key),
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from harness.faults import FaultPlan
+from harness.receiver import OtlpReceiver, SpanDict, format_trace_tree
+from harness.server import ServerHandle, running_server
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.demo.faults import FaultPlan
-from otel_mcp_replay.demo.receiver import OtlpReceiver, SpanDict, format_trace_tree
-from otel_mcp_replay.demo.server import ServerHandle, running_server
 
-REPO: Final = Path(__file__).resolve().parents[3]
+REPO: Final = Path(__file__).resolve().parents[1]
 EXAMPLES: Final = REPO / "examples"
 AGENT: Final = EXAMPLES / "agent.py"
 CONFIG: Final = EXAMPLES / "replay.toml"
