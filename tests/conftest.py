@@ -128,7 +128,5 @@ def the_record(telemetry: Telemetry) -> dict[str, Any]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--long`: the reliability suite's long run (issue 7: at least 2,000 calls); CI runs a quick size."""
-    parser.addoption(
-        "--long", action="store_true", default=False, help="run the long reliability suite (issue 7)"
-    )
+    """`--long`: the reliability suite's long run (at least 2,000 calls); CI runs a quick size."""
+    parser.addoption("--long", action="store_true", default=False, help="run the long reliability suite")

@@ -173,7 +173,7 @@ EVENT_NAMES = frozenset(value for name, value in telemetry_strings().items() if 
 SPAN_KEYS = frozenset((*t.ATTEMPT_SPAN_KEYS, *t.CALL_SPAN_KEYS, t.POLICY, t.MCP_SESSION_ID))
 EVENT_KEYS = frozenset(t.RECORD_KEYS)
 
-# The words each key may hold (CONTRACT.md, "Telemetry"), from telemetry.py.
+# The words each key may hold (docs/contract.md, "Telemetry"), from telemetry.py.
 WORDS: dict[str, frozenset[str]] = {
     t.MCP_METHOD_NAME: frozenset((t.CALL_SPAN_PREFIX,)),
     t.FAILURE: frozenset(t.FAILURES),

@@ -1,4 +1,4 @@
-"""Issue 7: fuzzed declarations, settings and environment values (hypothesis).
+"""Fuzzed declarations, settings and environment values (hypothesis).
 
 Every generated value is known valid or invalid by construction, and some carry a planted canary
 (a string, an int, a float, an object whose repr is the canary) in a VALUE, never in a field name

@@ -1,4 +1,4 @@
-"""The replay law: CONTRACT.md's table, row by row, and as a property against an independent oracle."""
+"""The replay law: docs/contract.md's table, row by row, and as a property against an independent oracle."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def oracle(
     failure: str,
     retry_on_throttle: bool,
 ) -> tuple[str, ...]:
-    """CONTRACT.md's law, transcribed as its table; ("repeat", by, on, assumes) or ("declined", reason)."""
+    """docs/contract.md's law as its table; ("repeat", by, on, assumes) or ("declined", reason)."""
     if not is_tool:
         protocol = {
             ("throttle", True): ("repeat",),

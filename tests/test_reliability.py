@@ -1,4 +1,4 @@
-"""Issue 7's reliability suite: what the plugin promises, under randomized faults and abuse.
+"""The reliability suite: what the plugin promises, under randomized faults and abuse.
 
 - Randomized fault schedules over the real server and a real TCP proxy, across both policies and
   both protocol eras, tools with and without `changes` and keys. Ground truth is the server's

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import random
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -384,9 +385,12 @@ async def test_auth_flows_run_again_for_each_attempt(
 # -- a TCP cut through a real proxy --
 
 
-async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
+async def test_a_connection_accepted_then_closed_at_once_may_have_carried_the_request(
     telemetry: Telemetry, instrument: Any
 ) -> None:
+    """A proxy that accepts the TCP connection and closes it: the client wrote its request into an
+    open connection, so for all it can know the server got it. Its effect is unknown, not none
+    (the server's count shows nothing ran, which the client cannot see)."""
     with running_server("streamable") as server, TcpProxy(server.port) as proxy:
         url = server.url.replace(f":{server.port}", f":{proxy.port}")
         instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
@@ -397,7 +401,27 @@ async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
             proxy.refuse(False)
         record = the_record(telemetry)
         assert set(record[t.ATTEMPTS_FAILURE]) == {"network"}
+        assert set(record[t.ATTEMPTS_EFFECT]) == {"unknown"} and record[t.EFFECT] == "unknown"
+        assert proxy.refused >= 1
         assert server.counters.tool_posts("search") == 0
+
+
+async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    """Nothing listens (ECONNREFUSED): the request never left, so nothing can have run."""
+    with socket.socket() as probe:  # a port of this host that nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
+    async with Client(url, mode="2026-07-28") as client:  # this protocol era sends nothing on open
+        with anyio.fail_after(10), pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert set(record[t.ATTEMPTS_FAILURE]) == {"network"}
+    assert set(record[t.ATTEMPTS_EFFECT]) == {"none"} and record[t.EFFECT] == "none"
+    assert record[t.SENT] == 0
 
 
 # -- stdio: recorded, never repeated --

@@ -1,4 +1,4 @@
-"""Every row of CONTRACT.md's law table, end to end: the mcp SDK's own client and server on loopback.
+"""Every row of docs/contract.md's law table, end to end: the mcp SDK's own client and server on loopback.
 
 Each test scripts a fault at the ASGI or TCP level, calls a tool through `mcp.Client`, and reads
 the ground truth from the server (executions, POSTs per request id) and the record from the span.

@@ -1,7 +1,7 @@
 """Every name this plugin writes into telemetry, in one place.
 
 The rule: a key, an event name or a word that reaches a span, an event or a metric is spelled here
-and nowhere else, exactly as CONTRACT.md fixes it; the collector configuration's tests read them
+and nowhere else, exactly as docs/contract.md fixes it; the collector configuration's tests read them
 from this module, so a key added here without its allow-list entry fails a test.
 """
 
