@@ -11,6 +11,7 @@ The layout follows the Collector's redaction processor:
 - urls.py: URL masking.   text.py: the rules on free text, with their triggers.
 - rules.py: RedactionRules, the engine, every rule in one order.
 - spans.py: the redacted copies.   wrappers.py: RedactingSpanProcessor, RedactingSpanExporter.
+- export_path.py: check_export_path, the one WARNING when exported spans skip redaction.
 """
 
 from otel_mcp_replay.redaction.config import (
@@ -19,6 +20,7 @@ from otel_mcp_replay.redaction.config import (
     ENV_SESSION_KEY,
     split_patterns,
 )
+from otel_mcp_replay.redaction.export_path import check_export_path
 from otel_mcp_replay.redaction.rules import RedactionRules
 from otel_mcp_replay.redaction.text import MASK
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_url
@@ -33,6 +35,7 @@ __all__ = [
     "RedactingSpanExporter",
     "RedactingSpanProcessor",
     "RedactionRules",
+    "check_export_path",
     "mask_url",
     "split_patterns",
 ]
