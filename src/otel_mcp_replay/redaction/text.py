@@ -1,9 +1,10 @@
 """The text rules: what is masked inside a string value, whatever its key.
 
-The rule: every text rule is a linear-time pass (RE2, or mask_url's string methods) that names its
-triggers: substrings one of which every text it can change holds. A rule runs on a text only when
-the text holds one of its triggers (a rule without triggers runs on every text); that is the one
-"nothing to change" shortcut there is, and a new rule states its own triggers. In order:
+The rule: every text rule is a linear-time pass (RE2, or mask_url's string methods) that states
+which texts it may change: its triggers (substrings one of which every such text holds) and, where
+that is too wide, a finer test of its own (linear too). A rule runs on a text only when both admit
+it; a rule without triggers runs on every text. That is the one "nothing to change" shortcut there
+is, and each rule states its own, next to it. In order:
 1. URLs quoted in text (`scheme://...`): userinfo, query and fragment values masked (urls.py).
 2. Secrets written as `key=value` / `key: value` (token, secret, password, api key, authorization,
    cookie, signature, ...): the value masked, `token=[REDACTED]`; an already masked value is kept.
@@ -48,19 +49,47 @@ def _mask_auth_scheme(match: Any) -> str:
     return f"{match.group(1) or match.group(2)}{MASK}"
 
 
+def _holds_url_parts(text: str) -> bool:
+    """mask_url changes only a URL with userinfo, a query or a fragment."""
+    return "@" in text or "?" in text or "#" in text
+
+
+# Every key _SECRET_VALUE knows holds one of these, in lower case.
+_SECRET_WORDS: Final = ("token", "secret", "pass", "pwd", "key", "credential", "auth", "cookie", "signature")
+
+
+def _names_a_secret(text: str) -> bool:
+    folded = text.casefold()  # as RE2 folds case (the Kelvin sign K is a k)
+    return any(word in folded for word in _SECRET_WORDS)
+
+
+def _names_a_scheme(text: str) -> bool:
+    return "Basic" in text or "bearer" in text.casefold()
+
+
 class TextRule:
-    """One linear-time rewrite of a text, and its triggers (None: it may change any text)."""
+    """One linear-time rewrite of a text; its triggers (None: it may change any text) and its own
+    finer test of the texts it may change (None: the triggers say it all)."""
 
-    __slots__ = ("apply", "name", "triggers")
+    __slots__ = ("apply", "finer", "name", "triggers")
 
-    def __init__(self, name: str, apply: Callable[[str], str], triggers: tuple[str, ...] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        apply: Callable[[str], str],
+        triggers: tuple[str, ...] | None,
+        finer: Callable[[str], bool] | None = None,
+    ) -> None:
         self.name = name
         self.apply = apply
         self.triggers = triggers
+        self.finer = finer
 
     def may_change(self, text: str) -> bool:
         triggers = self.triggers
-        return triggers is None or any(trigger in text for trigger in triggers)
+        if triggers is not None and not any(trigger in text for trigger in triggers):
+            return False
+        return self.finer is None or self.finer(text)
 
 
 def _user_value_rule(position: int, pattern: Pattern) -> TextRule:
@@ -68,9 +97,19 @@ def _user_value_rule(position: int, pattern: Pattern) -> TextRule:
 
 
 BUILT_IN: Final = (
-    TextRule("URLs quoted in text", mask_urls_in_text, ("://",)),
-    TextRule("key=value secrets", lambda text: _SECRET_VALUE.sub(_mask_secret_value, text), (":", "=")),
-    TextRule("authorization schemes", lambda text: _AUTH_SCHEME.sub(_mask_auth_scheme, text), (" ", "\t")),
+    TextRule("URLs quoted in text", mask_urls_in_text, ("://",), _holds_url_parts),
+    TextRule(
+        "key=value secrets",
+        lambda text: _SECRET_VALUE.sub(_mask_secret_value, text),
+        (":", "="),
+        _names_a_secret,
+    ),
+    TextRule(
+        "authorization schemes",
+        lambda text: _AUTH_SCHEME.sub(_mask_auth_scheme, text),
+        (" ", "\t"),
+        _names_a_scheme,
+    ),
 )
 
 
