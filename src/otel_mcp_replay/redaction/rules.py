@@ -193,11 +193,16 @@ class RedactionRules:
         copied = plain_dict(attributes)
         changed = False
         actions = self._actions
+        text_rules = self._texts.apply
         for key, value in copied.items():
             action = actions.get(key)
             if action is None:
                 action = self._action(key)
-            new = self._value(action, value, hash_sessions)
+            # The commonest value, a string under a plain key, straight to the text rules (as _value does).
+            if action == PLAIN and type(value) is str:
+                new = text_rules(value)
+            else:
+                new = self._value(action, value, hash_sessions)
             if new is not value:
                 copied[key] = new
                 changed = True
@@ -206,9 +211,8 @@ class RedactionRules:
     # -- events and the record -------------------------------------------------------------------
 
     def _record(self, event: Event) -> tuple[Event, int]:
-        refused = RedactedEvent(t.RECORD_REFUSED_EVENT, {}, event.timestamp, 0), 1
         if self._record_refused:
-            return refused
+            return _refused(event)
         attributes = event.attributes
         # A record this library filed was checked at build and cannot have changed since.
         accepted = vouched_record(attributes)
@@ -216,7 +220,7 @@ class RedactionRules:
         if accepted is None:
             accepted = validate_record(attributes)
             if accepted is None:
-                return refused
+                return _refused(event)
             # Equal by value (identity short-cuts the columns) means the original event says the same.
             changed = accepted != plain_dict(attributes)
         for key in _RECORD_TEXT_KEYS:
@@ -297,3 +301,8 @@ class RedactionRules:
             ),
             refused,
         )
+
+
+def _refused(record: Event) -> tuple[Event, int]:
+    """What stands in for a refused record: an event with no values at all, counted once."""
+    return RedactedEvent(t.RECORD_REFUSED_EVENT, {}, record.timestamp, 0), 1

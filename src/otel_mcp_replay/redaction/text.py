@@ -141,8 +141,13 @@ class TextRules:
 
     def apply(self, text: str) -> str:
         """`text` with every rule applied, or `text` itself (the same object) when none changed it."""
-        if not self.may_change(text):
-            return text
+        triggers = self._triggers
+        if triggers is not None:
+            for trigger in triggers:  # may_change, inlined: this runs for every string value
+                if trigger in text:
+                    break
+            else:
+                return text
         try:
             out = self._run(text)
         except UnicodeEncodeError:
