@@ -744,3 +744,22 @@ def test_no_planted_secret_survives(case: tuple[dict[str, Any], list[str]], plac
     for text in every_string(exported):
         for secret in secrets_:
             assert secret not in text
+
+
+def test_the_sdk_hook_between_end_and_on_end_reaches_the_inner_processor() -> None:
+    # SpanProcessor._on_ending is the SDK's own hook (private by name, defined on its base class and
+    # called by its TracerProvider); the wrapper passes it through. This fails if an SDK moves it.
+    class Ending(Capture):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ending: list[str] = []
+
+        def _on_ending(self, span: Any) -> None:
+            self.ending.append(span.name)
+
+    inner = Ending()
+    provider = TracerProvider()
+    provider.add_span_processor(RedactingSpanProcessor(inner, RedactionRules()))
+    with provider.get_tracer("x").start_as_current_span("work"):
+        pass
+    assert inner.ending == ["work"] and [span.name for span in inner.ended] == ["work"]

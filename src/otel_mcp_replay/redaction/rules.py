@@ -14,7 +14,7 @@ span's status description. The `mcp.tool.request_attempts` record passes the all
 (record.py) or is refused whole; a record value a key or text rule would change is replaced whole
 by "REDACTED", which keeps the record valid, and a user key rule on a record key that holds a count
 or a contract word refuses the record whole. A value no rule changes is passed on as the very same
-object; the only "nothing to change" test is the text rules' triggers (text.py).
+object; the only "nothing to change" tests are the ones each text rule states for itself (text.py).
 """
 
 from __future__ import annotations

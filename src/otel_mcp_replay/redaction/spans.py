@@ -3,8 +3,8 @@
 The rule: an ended span is frozen (the SDK raises on a write), so redaction builds a copy that reads
 like the original in everything but the redacted values: same context, parent, kind, times, resource,
 scope, and the same dropped counts. Only public constructors and properties are used; the deprecated
-`instrumentation_info` (superseded by `instrumentation_scope` since SDK 1.11.1, read by no exporter
-in the SDK or contrib) is not carried.
+`instrumentation_info` (superseded by `instrumentation_scope` since SDK 1.11.1; the SDK's OTLP and
+console exporters read the scope) is not carried: reading it meant the private `_instrumentation_info`.
 """
 
 from __future__ import annotations
