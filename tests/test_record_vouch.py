@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.test_redaction import full_record
 
 from otel_mcp_replay import record as record_module
-from otel_mcp_replay import redaction as redaction_module
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call import file_record
 from otel_mcp_replay.record import vouch, vouched_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
+from otel_mcp_replay.redaction import rules as redaction_module
 
 pytestmark = pytest.mark.anyio
 

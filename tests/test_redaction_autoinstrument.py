@@ -18,13 +18,14 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import otel_mcp_replay
 from harness.receiver import OtlpReceiver, SpanDict
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.redaction import ENV_REDACT_VALUES, ENV_SESSION_KEY, MASK
@@ -131,17 +132,29 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield started
 
 
+# The source tree this test imports: the app under test imports the same one, first on its path.
+SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
+
+
 def run_instrumented(
-    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str, **extra_env: str
+    tmp_path: Path,
+    target: Target,
+    receiver: OtlpReceiver,
+    configurator: str | None,
+    *,
+    path: Sequence[Path] = (),
+    **extra_env: str,
 ) -> str:
-    """Run the app under opentelemetry-instrument; its stderr."""
+    """Run the app under opentelemetry-instrument (with OTEL_PYTHON_CONFIGURATOR set unless
+    `configurator` is None, and `path` first on PYTHONPATH); its stderr."""
     script = tmp_path / "app.py"
     script.write_text(SCRIPT)
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in [*path, SOURCE])
+    if configurator is not None:
+        env["OTEL_PYTHON_CONFIGURATOR"] = configurator
     env.update(
         {
-            "OTEL_PYTHON_CONFIGURATOR": configurator,
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
@@ -267,23 +280,22 @@ COMPOSE = textwrap.dedent(
     import json
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from otel_mcp_replay.configurator import McpReplayConfigurator, add_refused_hook
+    from otel_mcp_replay.configurator import McpReplayConfigurator
     from otel_mcp_replay.redaction import RedactingSpanExporter
 
-    given, refused = [], []
+    given = []
 
     def factory(exporter, *args, **kwargs):
         given.append(exporter)
         return SimpleSpanProcessor(exporter)
 
-    add_refused_hook(lambda: refused.append(1))
     McpReplayConfigurator().configure(export_span_processor=factory)
     with trace.get_tracer("x").start_as_current_span("call") as span:
         span.add_event("mcp.tool.request_attempts", {"not": "a record"})
     print(json.dumps({
         "wrapped": [type(e).__name__ for e in given],
         "inner": [type(e.inner).__name__ for e in given if isinstance(e, RedactingSpanExporter)],
-        "refused": len(refused),
+        "refused": sum(e.refused_count for e in given if isinstance(e, RedactingSpanExporter)),
     }))
     """
 )
@@ -291,6 +303,7 @@ COMPOSE = textwrap.dedent(
 
 def test_the_configurator_wraps_every_exporter_and_keeps_a_given_processor_factory(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(SOURCE)
     env.update(
         {
             "OTEL_TRACES_EXPORTER": "console",

@@ -35,27 +35,10 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules
-from otel_mcp_replay.runtime import count_refused
 
 _logger = logging.getLogger(__name__)
 
 CONFIGURATOR_NAME: Final = "mcp_replay"  # the value of OTEL_PYTHON_CONFIGURATOR that selects it
-
-# Called once per record the configured exporters refuse (the metrics side registers here).
-_refused_hooks: list[Callable[[], None]] = [count_refused]
-
-
-def add_refused_hook(hook: Callable[[], None]) -> None:
-    """Have `hook` called once for every record the configured exporters refuse."""
-    _refused_hooks.append(hook)
-
-
-def _notify_refused() -> None:
-    for hook in list(_refused_hooks):
-        try:
-            hook()
-        except Exception:  # one broken hook must not silence the others, nor stop spans
-            _logger.debug("otel-mcp-replay refused-record hook raised", exc_info=True)
 
 
 class McpReplayConfigurator(_OTelSDKConfigurator):
@@ -70,14 +53,15 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
                 OTEL_CONFIG_FILE,
             )
             return
-        # Never raises: a bad variable is logged and the built-in rules stay in force.
+        # Never raises: a bad entry is logged and dropped, the other rules and the built-in ones stay.
         rules = RedactionRules.from_env_or_builtin()
         inner_factory: Callable[..., SpanProcessor] = (
             kwargs.get("export_span_processor") or BatchSpanProcessor
         )
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
-            redacting = RedactingSpanExporter(exporter, rules, on_refused=_notify_refused)
+            # A refused record is counted on the refused-records counter (the wrapper's default).
+            redacting = RedactingSpanExporter(exporter, rules)
             return inner_factory(redacting, *args, **factory_kwargs)
 
         kwargs["export_span_processor"] = export_span_processor

@@ -19,10 +19,10 @@ OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET = "OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET"
 """Per-endpoint token bucket `TOKENS,RATIO` (default `100,0.1`) or `off`."""
 
 OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
-"""Comma list of regexes on attribute keys whose values are masked."""
+"""Comma list of RE2 patterns on attribute keys (any case) whose values are masked (`\\,`: a comma)."""
 
 OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES = "OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES"
-"""Comma list of regexes whose matching substrings are masked."""
+"""Comma list of RE2 patterns whose matching substrings are masked (`\\,`: a comma)."""
 
 OTEL_PYTHON_MCP_REPLAY_SESSION_KEY = "OTEL_PYTHON_MCP_REPLAY_SESSION_KEY"
 """Key (>= 16 bytes) of the hash that replaces `mcp.session.id`; random per process when unset."""

@@ -24,6 +24,7 @@ from otel_mcp_replay.config import resolve
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime
 from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
@@ -78,6 +79,8 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             fail_closed=resolved.fail_closed,
         )
         PROCESS.runtime = rt
+        # Spans exported past every redaction are said once, at WARNING, naming the fix.
+        check_export_path(kwargs.get("tracer_provider"))
         self._wrapped = []
         for module, name, wrapper in _seams(rt):
             wrap_function_wrapper(module, name, wrapper)

@@ -1,0 +1,308 @@
+"""The rule engine: one pass over a span, every rule in one visible order.
+
+The rule: each attribute value (span, event and link attributes) gets its key's action, decided
+once per key by the first of these that applies:
+  1. the user's OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS pattern matches the key      -> masked
+  2. the key is ours (`mcp.replay.*`) or a known safe semantic-convention key   -> text rules only
+  3. a built-in sensitive key (keys.py: authorization, token, api key, x-auth...) -> masked
+  4. a session id key (`mcp.session.id`, `...session_id`, `sessionId`)            -> keyed hash
+  5. a URL key (`url.full`, `http.url`, `...url/uri/referer/location`)           -> mask_url
+  6. `url.query` / `url.fragment`                                               -> their values masked
+  7. anything else                                                              -> text rules only
+then every string that is not masked or hashed goes through the text rules (text.py), as does the
+span's status description. The `mcp.tool.request_attempts` record passes the allow-list
+(record.py) or is refused whole; a record value a key or text rule would change is replaced whole
+by "REDACTED", which keeps the record valid, and a user key rule on a record key that holds a count
+or a contract word refuses the record whole. A value no rule changes is passed on as the very same
+object; the only "nothing to change" tests are the ones each text rule states for itself (text.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import Link, Status
+from opentelemetry.util.types import Attributes
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.record import validate_record, vouched_record
+from otel_mcp_replay.redaction import keys
+from otel_mcp_replay.redaction.config import Settings
+from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
+from otel_mcp_replay.redaction.text import MASK, TextRules
+from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
+
+_logger = logging.getLogger(__name__)
+
+SESSION_HASH_PREFIX: Final = "h:"
+SESSION_HASH_HEX_DIGITS: Final = 16
+# Per-rules caches (key -> action, session id -> hash) stop growing here; beyond it, work is redone.
+CACHE_MAX: Final = 4096
+
+# What a key's value gets (see the order above).
+PLAIN, MASKED, HASHED, URL, PARAMS = range(5)
+
+_OWN_PREFIX: Final = "mcp.replay."
+# Semantic-convention keys that hold a sensitive word but no secret.
+_NOT_SENSITIVE: Final = frozenset({"gen_ai.token.type"})
+# The record's free-text values (the others are counts, bools and contract words).
+_RECORD_TEXT_KEYS: Final = (t.ENDPOINT, t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID)
+
+
+class RedactionRules:
+    """Built-in rules plus the user's key and value patterns and the session-hash key.
+
+    `redact_keys` and `redact_values` are RE2 patterns (config.py); `session_key` is the HMAC key
+    for session ids (None: this process's random key). A bad rule raises ValueError naming the
+    argument and the entry's position, never its text.
+    """
+
+    def __init__(
+        self,
+        *,
+        redact_keys: Iterable[str] = (),
+        redact_values: Iterable[str] = (),
+        session_key: bytes | str | None = None,
+    ) -> None:
+        self._use(Settings.given(redact_keys, redact_values, session_key))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RedactionRules:
+        """The rules the environment declares; ValueError naming the first bad variable and entry."""
+        settings, errors = Settings.read(os.environ if environ is None else environ)
+        if errors:
+            raise errors[0]
+        return cls._of(settings)
+
+    @classmethod
+    def from_env_or_builtin(cls, environ: Mapping[str, str] | None = None) -> RedactionRules:
+        """The same, never raising: each bad entry is logged at ERROR and dropped, the rest apply.
+
+        For auto-instrumentation, where an exception would stop the app or the other instrumentors.
+        The built-in rules always stay in force; a bad session key leaves the per-process random key.
+        """
+        settings, errors = Settings.read(os.environ if environ is None else environ)
+        for error in errors:
+            _logger.error("otel-mcp-replay redaction: %s; ignored, the other rules apply", error)
+        return cls._of(settings)
+
+    @classmethod
+    def _of(cls, settings: Settings) -> RedactionRules:
+        rules = cls.__new__(cls)
+        rules._use(settings)
+        return rules
+
+    def _use(self, settings: Settings) -> None:
+        self._key_patterns = settings.key_patterns
+        self._texts = TextRules(settings.value_patterns)
+        self._session_key = settings.session_key
+        self._actions: dict[str, int] = {}
+        self._hashes: dict[str, str] = {}
+        # The user's key rules reach the record's keys too (its keys are fixed: decided once).
+        matched = [key for key in t.RECORD_KEYS if any(p.search(key) for p in self._key_patterns)]
+        self._record_masked = frozenset(key for key in matched if key in _RECORD_TEXT_KEYS)
+        self._record_refused = len(matched) > len(self._record_masked)
+
+    # -- keys ------------------------------------------------------------------------------------
+
+    def _action(self, key: str) -> int:
+        action = self._actions.get(key)
+        if action is None:
+            action = self._classify(key)
+            if len(self._actions) < CACHE_MAX:
+                self._actions[key] = action
+        return action
+
+    def _classify(self, key: str) -> int:
+        if any(pattern.search(key) for pattern in self._key_patterns):
+            return MASKED
+        if key.startswith(_OWN_PREFIX) or key in _NOT_SENSITIVE:
+            return PLAIN
+        words = keys.key_words(key)
+        if keys.is_sensitive(words):
+            return MASKED
+        if keys.is_session_id(words):
+            return HASHED
+        if keys.is_url(key, words):
+            return URL
+        if key in keys.PARAM_KEYS:
+            return PARAMS
+        return PLAIN
+
+    # -- values ----------------------------------------------------------------------------------
+
+    def _hash(self, session_id: str) -> str:
+        hashed = self._hashes.get(session_id)
+        if hashed is None:
+            digest = hmac.new(self._session_key, session_id.encode("utf-8", "surrogatepass"), hashlib.sha256)
+            hashed = SESSION_HASH_PREFIX + digest.hexdigest()[:SESSION_HASH_HEX_DIGITS]
+            if len(self._hashes) >= CACHE_MAX:
+                self._hashes.clear()
+            self._hashes[session_id] = hashed
+        return hashed
+
+    def _value(self, action: int, value: Any, hash_sessions: bool) -> Any:
+        """The redacted value, or `value` itself (the same object) when nothing changed."""
+        kind = type(value)
+        if kind is str:
+            if action == PLAIN:
+                return self._texts.apply(value)
+            if action == MASKED:
+                return value if value == MASK else MASK
+            if action == HASHED:
+                return self._hash(value) if hash_sessions else value
+            masked = mask_url(value) if action == URL else mask_params(value)
+            out = self._texts.apply(masked)
+            return value if out == value else out
+        if kind is tuple or kind is list:
+            return self._sequence(action, value, hash_sessions)
+        # A number or a bool: masked under a sensitive key (a PIN is a secret), hashed as a session id.
+        if action == MASKED:
+            return MASK
+        if action == HASHED and hash_sessions:
+            return self._hash(str(value))
+        return value
+
+    def _sequence(self, action: int, value: Any, hash_sessions: bool) -> Any:
+        if not value:
+            return value
+        if action == MASKED:
+            return value if all(item == MASK for item in value) else (MASK,) * len(value)
+        if action == PLAIN:
+            try:
+                joined = "\x00".join(value)  # triggers hold no NUL: one test for every item
+            except TypeError:
+                joined = None  # not all strings: item by item (numbers have no text to change)
+            if joined is not None and not self._texts.may_change(joined):
+                return value
+        items = tuple(self._value(action, item, hash_sessions) for item in value)
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items
+
+    def _attributes(self, attributes: Attributes, hash_sessions: bool) -> dict[str, Any] | None:
+        """A redacted copy of `attributes`, or None when no rule changed any of them."""
+        if not attributes:
+            return None
+        copied = plain_dict(attributes)
+        changed = False
+        actions = self._actions
+        text_rules = self._texts.apply
+        for key, value in copied.items():
+            action = actions.get(key)
+            if action is None:
+                action = self._action(key)
+            # The commonest value, a string under a plain key, straight to the text rules (as _value does).
+            if action == PLAIN and type(value) is str:
+                new = text_rules(value)
+            else:
+                new = self._value(action, value, hash_sessions)
+            if new is not value:
+                copied[key] = new
+                changed = True
+        return copied if changed else None
+
+    # -- events and the record -------------------------------------------------------------------
+
+    def _record(self, event: Event) -> tuple[Event, int]:
+        if self._record_refused:
+            return _refused(event)
+        attributes = event.attributes
+        # A record this library filed was checked at build and cannot have changed since.
+        accepted = vouched_record(attributes)
+        changed = False
+        if accepted is None:
+            accepted = validate_record(attributes)
+            if accepted is None:
+                return _refused(event)
+            # Equal by value (identity short-cuts the columns) means the original event says the same.
+            changed = accepted != plain_dict(attributes)
+        for key in _RECORD_TEXT_KEYS:
+            value = accepted[key]
+            if value == URL_MASK or type(value) is not str:
+                continue
+            # Inside a record a masked value is replaced whole, by a word the allow-list accepts.
+            if key in self._record_masked or self._texts.apply(value) is not value:
+                accepted[key] = URL_MASK
+                changed = True
+        if not changed:
+            return event, 0
+        dropped = getattr(event, "dropped_attributes", 0)
+        return RedactedEvent(event.name, accepted, event.timestamp, dropped), 0
+
+    def _event(self, event: Event, hash_sessions: bool) -> tuple[Event, int]:
+        name = event.name
+        if name == t.RECORD_EVENT:
+            return self._record(event)
+        if name == t.RECORD_REFUSED_EVENT:
+            # Carries no values, whoever wrote it.
+            if not event.attributes:
+                return event, 0
+            return RedactedEvent(name, {}, event.timestamp, 0), 0
+        new = self._attributes(event.attributes, hash_sessions)
+        if new is None:
+            return event, 0
+        return RedactedEvent(name, new, event.timestamp, getattr(event, "dropped_attributes", 0)), 0
+
+    # -- the span --------------------------------------------------------------------------------
+
+    def redact(self, span: ReadableSpan) -> tuple[ReadableSpan, int]:
+        """`span` redacted, and how many records were refused in it.
+
+        Returns `span` itself when no rule changed anything (the checks, the record allow-list
+        included, still ran). A span that already went through redaction keeps its session hashes
+        as they are (hashing twice would break correlation).
+        """
+        hash_sessions = not isinstance(span, RedactedSpan)
+        attributes = self._attributes(span.attributes, hash_sessions)
+
+        refused = 0
+        events: list[Event] | None = None
+        original_events = span.events
+        for index, event in enumerate(original_events):
+            new_event, count = self._event(event, hash_sessions)
+            refused += count
+            if new_event is not event:
+                if events is None:
+                    events = list(original_events)
+                events[index] = new_event
+
+        links: list[Link] | None = None
+        original_links = span.links
+        for index, link in enumerate(original_links):
+            new_attributes = self._attributes(link.attributes, hash_sessions)
+            if new_attributes is not None:
+                if links is None:
+                    links = list(original_links)
+                links[index] = RedactedLink(link, new_attributes)
+
+        status = span.status
+        description = status.description
+        if description:
+            new_description = self._texts.apply(description)
+            if new_description is not description:
+                status = Status(status.status_code, new_description)
+
+        if attributes is None and events is None and links is None and status is span.status:
+            return span, 0
+        return (
+            RedactedSpan(
+                span,
+                attributes=span.attributes if attributes is None else attributes,
+                events=original_events if events is None else events,
+                links=original_links if links is None else links,
+                status=status,
+            ),
+            refused,
+        )
+
+
+def _refused(record: Event) -> tuple[Event, int]:
+    """What stands in for a refused record: an event with no values at all, counted once."""
+    return RedactedEvent(t.RECORD_REFUSED_EVENT, {}, record.timestamp, 0), 1
