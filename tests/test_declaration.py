@@ -10,23 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mcp_replay.declaration import (
-    COMPATIBILITY,
-    NO_SERVERS,
-    Declaration,
-    Settings,
-    ToolEntry,
-    bool_setting_of,
-    declaration_of,
-    int_setting_of,
-    origin_of,
-    retry_budget_of,
-    servers_from_config_file,
-    servers_from_json,
-    servers_of,
-    settings_of,
-)
+from otel_mcp_replay.config import servers_from_config_file, servers_from_json
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, ToolEntry, declaration_of
+from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
 from otel_mcp_replay.record import is_endpoint
+from otel_mcp_replay.settings import Settings, retry_budget_of, setting_from_text, settings_of
 
 CANARY = "CANARY-7f3a"
 
@@ -48,7 +36,7 @@ def test_the_contract_s_example_is_read() -> None:
         label="billing",
         adapter="agentcore-runtime",
     )
-    assert declaration.named
+    assert declaration != COMPATIBILITY
     assert hash(declaration) == hash(declaration_of(FULL))
 
 
@@ -56,8 +44,8 @@ def test_nothing_declared_is_compatibility_naming_nothing() -> None:
     assert declaration_of({}) == COMPATIBILITY
     assert declaration_of(None) is COMPATIBILITY
     assert COMPATIBILITY.policy == "compatibility" and not COMPATIBILITY.tools
-    assert not COMPATIBILITY.named
-    assert not declaration_of({"policy": "compatibility", "tools": {}}).named
+    assert Declaration() == COMPATIBILITY
+    assert declaration_of({"policy": "compatibility", "tools": {}}) == COMPATIBILITY
     for field, value in (
         ("policy", "app-authorized"),
         ("tools", {"x": {}}),
@@ -65,7 +53,7 @@ def test_nothing_declared_is_compatibility_naming_nothing() -> None:
         ("adapter", "agentcore-runtime"),
         ("deduplicates", {"argument": "k"}),
     ):
-        assert declaration_of({field: value}).named, field
+        assert declaration_of({field: value}) != COMPATIBILITY, field
 
 
 def test_a_declaration_is_immutable() -> None:
@@ -369,10 +357,10 @@ REFUSALS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("env retry budget inf", lambda: retry_budget_of("10,inf", "ENV_B"), ValueError, "ENV_B"),
     ("env retry budget zero", lambda: retry_budget_of("0,0.1", "ENV_B"), ValueError, "ENV_B"),
     ("env retry budget sign", lambda: retry_budget_of("-1,0.1", "ENV_B"), ValueError, "ENV_B"),
-    ("env int", lambda: int_setting_of(CANARY, "ENV_I", 1), ValueError, "ENV_I"),
-    ("env int digits", lambda: int_setting_of("9" * 5000, "ENV_I", 1), ValueError, "ENV_I"),
-    ("env int minimum", lambda: int_setting_of("0", "ENV_I", 1), ValueError, "ENV_I"),
-    ("env bool", lambda: bool_setting_of(CANARY, "ENV_T"), ValueError, "ENV_T"),
+    ("env int", lambda: setting_from_text("max_attempts", CANARY, "ENV_I"), ValueError, "ENV_I"),
+    ("env int digits", lambda: setting_from_text("max_attempts", "9" * 5000, "ENV_I"), ValueError, "ENV_I"),
+    ("env int minimum", lambda: setting_from_text("max_attempts", "0", "ENV_I"), ValueError, "ENV_I"),
+    ("env bool", lambda: setting_from_text("retry_on_throttle", CANARY, "ENV_T"), ValueError, "ENV_T"),
 ]
 
 
@@ -619,7 +607,7 @@ def test_the_environment_s_retry_budget(text: str, budget: tuple[int, float] | N
 
 
 def test_the_environment_s_ints_and_bools() -> None:
-    assert int_setting_of(" 7 ", "E", 1) == 7
-    assert int_setting_of("0", "E", 0) == 0
-    assert bool_setting_of("False", "E") is False
-    assert bool_setting_of(" TRUE ", "E") is True
+    assert setting_from_text("max_attempts", " 7 ", "E") == 7
+    assert setting_from_text("max_wait_ms", "0", "E") == 0
+    assert setting_from_text("retry_on_throttle", "False", "E") is False
+    assert setting_from_text("retry_on_throttle", " TRUE ", "E") is True
