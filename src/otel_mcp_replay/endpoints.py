@@ -61,15 +61,15 @@ def _endpoint_of(url: str) -> tuple[str, str] | None:
     return f"{scheme}://{host}:{port}", path.rstrip("/")
 
 
-def origin_of(url: str) -> str:
-    """`scheme://host:port` of an http(s) URL: lower-case host, explicit port, nothing else.
+def origin_of(url: object) -> str:
+    """The endpoint a record names for `url`, whatever it is given; never raises.
 
-    Raises ValueError (without the URL, which may carry credentials) for anything else.
+    `scheme://host:port` (lower-case host, explicit port, nothing else: never a path, query or
+    credential) for an http(s) URL with a host the plugin can spell and a port from 1 to 65535;
+    UNKNOWN_ENDPOINT for anything else, including what is not a str.
     """
     endpoint = _endpoint_of(url) if isinstance(url, str) else None
-    if endpoint is None:
-        raise ValueError("not an http(s) URL with a host and a valid port")
-    return endpoint[0]
+    return UNKNOWN_ENDPOINT if endpoint is None else endpoint[0]
 
 
 _RESOLVE_CACHE_SIZE: Final = 1024
