@@ -3,16 +3,16 @@
 The rule: permission comes only from what the app declared, so a declaration is read completely or
 refused. Anything it cannot mean (an unknown field, policy, kind or adapter, a value of the wrong
 type) raises TypeError or ValueError naming the field's path and never echoing a value: not in the
-message, its args, its repr, nor a chained exception. An unknown field is shown in a path only
-when it is a plain name (a misspelt `chnages`); anything else, which could be a value written
-where a name belongs (a URL with its credentials), is counted.
+message, its args, its repr, nor a chained exception. A name the app wrote is shown in a path only
+when it is a plain name (a misspelt `chnages`, a tool `search` or `web.fetch`); anything else, which
+could be a value written where a name belongs (a URL with its credentials, `password=...`), is
+counted: `tools[3]`.
 Each value is checked once: by declaration_of for what the app wrote, by the constructors for a
 Declaration or ToolEntry built directly.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -68,12 +68,13 @@ def field_path(where: str, name: str) -> str:
 
 
 def _name_path(where: str, name: str, ordinal: int) -> str:
-    """The path of an entry the app named (a tool): its name when plain, else its ordinal."""
+    """The path of an entry the app named (a tool): its name when plain, else its ordinal in the
+    mapping (a tool name may hold anything: what is not a name may be a secret)."""
     if _PLAIN_NAME.fullmatch(name):
         return field_path(where, name)
-    # json.dumps escapes control and non-ASCII characters, so a key cannot forge a log line.
-    shown = name if len(name) <= 64 else name[:61] + "..."
-    return f"{where}[{json.dumps(shown)}]"
+    if _DOTTED_NAME.fullmatch(name):
+        return f'{where}["{name}"]'
+    return f"{where}[{ordinal}]"
 
 
 def fields_of(raw: object, where: str, known: frozenset[str]) -> Mapping[str, object]:
