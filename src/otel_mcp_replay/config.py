@@ -3,12 +3,15 @@
 The rule: the environment never stops the app. A keyword the app passed that is invalid raises
 `TypeError`/`ValueError` naming the field. A value found in the environment that is invalid never
 raises: it is logged at ERROR naming the variable and the field (never the value), and the plugin
-runs fail-closed: nothing repeats.
+runs fail-closed: nothing repeats. Reading the environment never blocks and never reads without
+bound: a config file is read only when it is a regular file of at most MAX_CONFIG_BYTES.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+MAX_CONFIG_BYTES: Final = 1024 * 1024
 _KEYWORDS: Final = frozenset(
     (*SETTING_NAMES, "servers", "tracer_provider", "meter_provider", "skip_dep_check")
 )
@@ -49,6 +53,7 @@ _ENV_SETTINGS: Final = {
     "retry_budget": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
 }
 _CONFIG_FIELDS: Final = frozenset(("servers",))
+_BOM: Final = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -105,15 +110,8 @@ def _servers_from_env(environ: Mapping[str, str]) -> Servers:
     if inline:
         return servers_from_json(inline, ev.OTEL_PYTHON_MCP_REPLAY_SERVERS)
     if path:
-        file = Path(path)
-        failed = False
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeError):
-            failed = True
-        if failed:
-            value_error(ev.OTEL_PYTHON_MCP_REPLAY_CONFIG, "the file cannot be read")
-        return servers_from_config_file(text, file.suffix, ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
+        text = read_config_file(path, ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
+        return servers_from_config_file(text, Path(path).suffix, ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
     return NO_SERVERS
 
 
@@ -166,16 +164,25 @@ def _toml_of(text: object, where: str) -> object:
 
 
 def servers_from_json(text: str, where: str) -> Servers:
-    """Inline JSON holding the servers mapping itself (OTEL_PYTHON_MCP_REPLAY_SERVERS)."""
-    return servers_of(_json_of(text, where), where)
+    """Inline JSON holding the servers mapping itself (OTEL_PYTHON_MCP_REPLAY_SERVERS).
+
+    `null` is refused: a variable set to declare nothing is a mistake worth an ERROR (unset it).
+    """
+    data = _json_of(text, where)
+    if data is None:
+        type_error(where, "must be a JSON object of endpoint URL to declaration, not null")
+    return servers_of(data, where)
 
 
 def servers_from_config_file(text: str, suffix: str, where: str) -> Servers:
-    """A config file's content, `{"servers": {...}}`, as TOML (`.toml`) or JSON (`.json`).
+    """A config file's content, `{"servers": {...}}`, as TOML (`.toml`) or JSON (`.json`), either
+    opening with a UTF-8 byte-order mark or not.
 
-    No `servers` field declares none; any other field is refused.
+    No `servers` field declares none; `servers` null, or any other field, is refused.
     """
     kind = suffix.lower() if isinstance(suffix, str) else ""
+    if isinstance(text, str):
+        text = text.removeprefix(_BOM)
     if kind == ".toml":
         data = _toml_of(text, where)
     elif kind == ".json":
@@ -185,4 +192,61 @@ def servers_from_config_file(text: str, suffix: str, where: str) -> Servers:
     given = fields_of(data, where, _CONFIG_FIELDS)
     if "servers" not in given:
         return NO_SERVERS
+    if given["servers"] is None:
+        type_error(field_path(where, "servers"), "must not be null")
     return servers_of(given["servers"], field_path(where, "servers"))
+
+
+# --- a config file -------------------------------------------------------------------------------
+
+_TOO_LARGE: Final = f"the file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB)"
+
+
+def read_config_file(path: str, where: str) -> str:
+    """The text of the config file at `path`, read only if it is a regular file of at most
+    MAX_CONFIG_BYTES (1 MiB) of UTF-8; never blocks.
+
+    Opened without blocking (a FIFO with no writer would hold the open forever) and then checked on
+    the open descriptor, so nothing can swap the file between the check and the read. A refusal
+    names `where` (the variable), never the path nor anything read.
+    """
+    content, problem = _regular_file_bytes(path)
+    if problem is None:
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "the file is not UTF-8 text"
+    # Raised here, outside any handler, so no OSError (which quotes the path) is chained.
+    value_error(where, problem)
+
+
+def _regular_file_bytes(path: str) -> tuple[bytes, str | None]:
+    """The bytes of the regular file at `path` (at most MAX_CONFIG_BYTES), or what is wrong."""
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        descriptor = os.open(path, flags)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return b"", "the file cannot be opened"
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            return b"", "must name a regular file (not a FIFO, device, socket or directory)"
+        if info.st_size > MAX_CONFIG_BYTES:
+            return b"", _TOO_LARGE
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:  # a file that grows past its st_size is read one byte past the cap
+            chunk = os.read(descriptor, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return b"", "the file cannot be read"
+    finally:
+        os.close(descriptor)
+    if size > MAX_CONFIG_BYTES:
+        return b"", _TOO_LARGE
+    return b"".join(chunks), None
