@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import resolve
-from otel_mcp_replay.declaration import servers_of, settings_of
+from otel_mcp_replay.endpoints import servers_of
+from otel_mcp_replay.settings import settings_of
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup

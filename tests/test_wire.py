@@ -7,10 +7,13 @@ raising on odd bytes: what cannot be read is "no answer seen", which the law tre
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otel_mcp_replay.ledger import AnswerWatch, SseAnswers, answer_of, json_message
 from otel_mcp_replay.patches.http_send import _accept_and_content_type
@@ -107,6 +110,76 @@ def test_an_event_whose_data_spans_lines_is_joined_before_it_is_read() -> None:
     reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
     reader.feed(b'data: {"jsonrpc": "2.0",\ndata: "id": 3, "result": {}}\n\n')
     assert seen == [(3, "result")]
+
+
+def answers_by_the_spec(stream: bytes) -> list[tuple[object, str]]:
+    """What a reader of the whole stream at once notes: lines end at CRLF, LF or CR; a blank line
+    dispatches the event's data lines (one space after `data:` dropped); a last line with no end
+    is not a line."""
+    lines = re.split(rb"\r\n|\r|\n", stream)[:-1]
+    seen: list[tuple[object, str]] = []
+    data: list[bytes] = []
+    for line in lines:
+        if not line:
+            found = answer_of(b"\n".join(data)) if data else None
+            if found is not None:
+                seen.append(found)
+            data = []
+        elif line.startswith(b"data:"):
+            data.append(line[6:] if line[5:6] == b" " else line[5:])
+    return seen
+
+
+PIECES = [
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"data: ",
+    b"data:",
+    b"da",
+    b"ta: ",
+    b": comment data: x",
+    b"event: message",
+    b"id: 9",
+    b'{"jsonrpc": "2.0", "id": 1, "result": {}}',
+    b'{"jsonrpc": "2.0", ',
+    b'"id": "b", "error": {}}',
+    b"xdata: ",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=4)), max_size=40),
+    st.lists(st.integers(0, 400), max_size=8),
+)
+def test_an_event_stream_cut_anywhere_is_read_as_the_spec_reads_it_whole(
+    pieces: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(pieces)
+    seen: list[tuple[object, str]] = []
+    reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
+    start = 0
+    for cut in sorted(c for c in cuts if c < len(stream)):
+        reader.feed(stream[start:cut])
+        start = cut
+    reader.feed(stream[start:])
+    reader.end()
+    assert seen == answers_by_the_spec(stream)
+
+
+def test_an_event_past_the_cap_is_not_read_and_the_next_one_is() -> None:
+    seen: list[object] = []
+    reader = SseAnswers(lambda request_id, kind: seen.append(request_id))
+    big = b'data: {"jsonrpc": "2.0", "id": 1, "result": "' + b"x" * (5 * 1024 * 1024) + b'"}\n\n'
+    small = b'data: {"jsonrpc": "2.0", "id": 2, "result": {}}\n\n'
+    for size in (len(big) + len(small), 64 * 1024, 1000):
+        seen.clear()
+        stream = big + small
+        for i in range(0, len(stream), size):
+            reader.feed(stream[i : i + size])
+        assert seen == [2], size
+        assert len(reader._partial) <= 4 * 1024 * 1024
 
 
 class _Chunks(httpx2.AsyncByteStream):

@@ -1,34 +1,59 @@
-"""The configuration of one `instrument()`: keywords first, then the environment, checked once.
+"""The configuration of one `instrument()`: keywords first, then the environment, each read once.
 
-A keyword the app passed that is invalid raises `TypeError`/`ValueError` naming the field. A value
-found in the environment that is invalid never raises: it is logged at ERROR naming the variable
-and the field (never the value), and the plugin runs fail-closed: nothing repeats.
+The rule: the environment never stops the app. A keyword the app passed that is invalid raises
+`TypeError`/`ValueError` naming the field. A value found in the environment that is invalid never
+raises: it is logged at ERROR naming the variable and the field (never the value), and the plugin
+runs fail-closed: nothing repeats. Reading the environment never blocks and never reads without
+bound: a config file is read only when it is a regular file of at most MAX_CONFIG_BYTES.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.declaration import (
-    NO_SERVERS,
     DeclarationTypeError,
     DeclarationValueError,
-    Servers,
-    Settings,
-    retry_budget_of,
-    servers_from_config_file,
-    servers_from_json,
-    servers_of,
-    settings_of,
+    field_path,
+    fields_of,
+    type_error,
+    value_error,
 )
+from otel_mcp_replay.endpoints import NO_SERVERS, Servers, servers_of
 from otel_mcp_replay.runtime import logger
+from otel_mcp_replay.settings import (
+    SETTING_NAMES,
+    Settings,
+    setting_from_text,
+    setting_of,
+    settings_from_checked,
+)
 
-_SETTINGS = ("max_attempts", "max_wait_ms", "retry_on_throttle", "retry_budget")
-_KEYWORDS = frozenset((*_SETTINGS, "servers", "tracer_provider", "meter_provider", "skip_dep_check"))
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MAX_CONFIG_BYTES: Final = 1024 * 1024
+_KEYWORDS: Final = frozenset(
+    (*SETTING_NAMES, "servers", "tracer_provider", "meter_provider", "skip_dep_check")
+)
+_ENV_SETTINGS: Final = {
+    "max_attempts": ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS,
+    "max_wait_ms": ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS,
+    "retry_on_throttle": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
+    "retry_budget": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
+}
+_CONFIG_FIELDS: Final = frozenset(("servers",))
+_BOM: Final = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -38,33 +63,24 @@ class Resolved:
     fail_closed: bool
 
 
-class _EnvError(Exception):
-    """An environment value that cannot be used; its message names the variable and field only."""
-
-
 def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
     unknown = sorted(set(kwargs) - _KEYWORDS)
     if unknown:
         raise TypeError(f"instrument() got unknown setting(s): {', '.join(unknown)}")
     # The keywords: the app's own code, so an error in them is raised to it.
-    given = {name: kwargs[name] for name in _SETTINGS if name in kwargs}
-    settings_of(**given)
+    checked = {name: setting_of(name, kwargs[name], name) for name in SETTING_NAMES if name in kwargs}
     servers = servers_of(kwargs["servers"], "servers") if "servers" in kwargs else None
 
     fail_closed = False
-    from_env: dict[str, object] = {}
-    for name, (variable, reader) in _ENV_SETTINGS.items():
-        if name in given:
+    for name, variable in _ENV_SETTINGS.items():
+        text = environ.get(variable, "")
+        if name in checked or not text.strip():
             continue
         try:
-            value = reader(environ)
-            if value is not _ABSENT:
-                settings_of(**{name: value})  # checked alone, so the error names its variable
-                from_env[name] = value
+            checked[name] = setting_from_text(name, text, variable)
         except Exception as exc:  # the environment must never stop the app or the loader
             fail_closed = True
             _log(variable, exc)
-    settings = settings_of(**{**from_env, **given})
     if servers is None:
         try:
             servers = _servers_from_env(environ)
@@ -72,81 +88,165 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
             fail_closed = True
             _log("", exc)
             servers = NO_SERVERS
-    return Resolved(servers, settings, fail_closed)
+    return Resolved(servers, settings_from_checked(checked), fail_closed)
 
 
 def _log(variable: str, exc: BaseException) -> None:
-    # The law's errors and ours name fields and never carry values; any other error's text might,
+    # The declaration's errors name fields and never carry values; any other error's text might,
     # so only its type is told.
-    named = isinstance(exc, _EnvError | DeclarationTypeError | DeclarationValueError)
+    named = isinstance(exc, DeclarationTypeError | DeclarationValueError)
     message = str(exc) if named else f"unreadable ({type(exc).__name__})"
     if variable and variable not in message:
         message = f"{variable}: {message}"
     logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", message)
 
 
-_ABSENT = object()
-
-
-def _int(variable: str) -> Any:
-    def read(environ: Mapping[str, str]) -> object:
-        text = environ.get(variable, "").strip()
-        if not text:
-            return _ABSENT
-        if not text.lstrip("-").isdigit():
-            raise _EnvError(f"{variable} must be a whole number")
-        return int(text)
-
-    return read
-
-
-def _bool(variable: str) -> Any:
-    def read(environ: Mapping[str, str]) -> object:
-        text = environ.get(variable, "").strip().lower()
-        if not text:
-            return _ABSENT
-        if text in ("true", "1", "yes", "on"):
-            return True
-        if text in ("false", "0", "no", "off"):
-            return False
-        raise _EnvError(f"{variable} must be true or false")
-
-    return read
-
-
-def _budget(environ: Mapping[str, str]) -> object:
-    text = environ.get(ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, "").strip()
-    if not text:
-        return _ABSENT
-    return retry_budget_of(text, ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET)
-
-
-_ENV_SETTINGS = {
-    "max_attempts": (ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS, _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS)),
-    "max_wait_ms": (ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS, _int(ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS)),
-    "retry_on_throttle": (
-        ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
-        _bool(ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE),
-    ),
-    "retry_budget": (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, _budget),
-}
-
-
 def _servers_from_env(environ: Mapping[str, str]) -> Servers:
     inline = environ.get(ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, "").strip()
     path = environ.get(ev.OTEL_PYTHON_MCP_REPLAY_CONFIG, "").strip()
     if inline and path:
-        raise _EnvError(
-            f"{ev.OTEL_PYTHON_MCP_REPLAY_SERVERS} and {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG}"
-            " are both set: use one"
-        )
+        both = f"{ev.OTEL_PYTHON_MCP_REPLAY_SERVERS}, {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG}"
+        value_error(both, "both are set: use one")
     if inline:
         return servers_from_json(inline, ev.OTEL_PYTHON_MCP_REPLAY_SERVERS)
     if path:
-        file = Path(path)
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeError):
-            raise _EnvError(f"{ev.OTEL_PYTHON_MCP_REPLAY_CONFIG}: the file cannot be read") from None
-        return servers_from_config_file(text, file.suffix.lower(), ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
+        text = read_config_file(path, ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
+        return servers_from_config_file(text, Path(path).suffix, ev.OTEL_PYTHON_MCP_REPLAY_CONFIG)
     return NO_SERVERS
+
+
+# --- the text forms of servers ------------------------------------------------------------------
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # A key written twice would let the later one silently undo the earlier (`"changes": true`).
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey
+        out[key] = value
+    return out
+
+
+def _json_of(text: object, where: str) -> object:
+    if not isinstance(text, str):
+        type_error(where, "must be a string")
+    problem: str | None = None
+    try:
+        data: object = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey:
+        problem = "names a key twice in one object"
+    except json.JSONDecodeError as error:
+        problem = f"is not valid JSON (line {error.lineno}, column {error.colno})"
+    except (ValueError, RecursionError):
+        problem = "is not valid JSON"
+    # Raised here, outside the handler, so no parser error (which may quote the text) is chained.
+    if problem is not None:
+        value_error(where, problem)
+    return data
+
+
+def _toml_of(text: object, where: str) -> object:
+    if not isinstance(text, str):
+        type_error(where, "must be a string")
+    failed = False
+    try:
+        data: object = tomllib.loads(text)
+    except (ValueError, RecursionError):  # TOMLDecodeError is a ValueError
+        failed = True
+    if failed:
+        value_error(where, "is not valid TOML")
+    return data
+
+
+def servers_from_json(text: str, where: str) -> Servers:
+    """Inline JSON holding the servers mapping itself (OTEL_PYTHON_MCP_REPLAY_SERVERS).
+
+    `null` is refused: a variable set to declare nothing is a mistake worth an ERROR (unset it).
+    """
+    data = _json_of(text, where)
+    if data is None:
+        type_error(where, "must be a JSON object of endpoint URL to declaration, not null")
+    return servers_of(data, where)
+
+
+def servers_from_config_file(text: str, suffix: str, where: str) -> Servers:
+    """A config file's content, `{"servers": {...}}`, as TOML (`.toml`) or JSON (`.json`), either
+    opening with a UTF-8 byte-order mark or not.
+
+    No `servers` field declares none; `servers` null, or any other field, is refused.
+    """
+    kind = suffix.lower() if isinstance(suffix, str) else ""
+    if isinstance(text, str):
+        text = text.removeprefix(_BOM)
+    if kind == ".toml":
+        data = _toml_of(text, where)
+    elif kind == ".json":
+        data = _json_of(text, where)
+    else:
+        value_error(where, "must be a .toml or .json file")
+    given = fields_of(data, where, _CONFIG_FIELDS)
+    if "servers" not in given:
+        return NO_SERVERS
+    if given["servers"] is None:
+        type_error(field_path(where, "servers"), "must not be null")
+    return servers_of(given["servers"], field_path(where, "servers"))
+
+
+# --- a config file -------------------------------------------------------------------------------
+
+_TOO_LARGE: Final = f"the file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB)"
+
+
+def read_config_file(path: str, where: str) -> str:
+    """The text of the config file at `path`, read only if it is a regular file of at most
+    MAX_CONFIG_BYTES (1 MiB) of UTF-8; never blocks.
+
+    Opened without blocking (a FIFO with no writer would hold the open forever) and then checked on
+    the open descriptor, so nothing can swap the file between the check and the read. A refusal
+    names `where` (the variable), never the path nor anything read.
+    """
+    content, problem = _regular_file_bytes(path)
+    if problem is None:
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "the file is not UTF-8 text"
+    # Raised here, outside any handler, so no OSError (which quotes the path) is chained.
+    value_error(where, problem)
+
+
+def _regular_file_bytes(path: str) -> tuple[bytes, str | None]:
+    """The bytes of the regular file at `path` (at most MAX_CONFIG_BYTES), or what is wrong."""
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        descriptor = os.open(path, flags)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return b"", "the file cannot be opened"
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            return b"", "must name a regular file (not a FIFO, device, socket or directory)"
+        if info.st_size > MAX_CONFIG_BYTES:
+            return b"", _TOO_LARGE
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:  # a file that grows past its st_size is read one byte past the cap
+            chunk = os.read(descriptor, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return b"", "the file cannot be read"
+    finally:
+        os.close(descriptor)
+    if size > MAX_CONFIG_BYTES:
+        return b"", _TOO_LARGE
+    return b"".join(chunks), None

@@ -56,58 +56,128 @@ def answer_of(payload: bytes | str) -> tuple[object, Answer] | None:
 
 
 class SseAnswers:
-    """Incremental server-sent-events reader that reports JSON-RPC responses as they complete."""
+    """Incremental server-sent-events reader that reports JSON-RPC responses as they complete.
 
-    __slots__ = ("_buffer", "_data", "_on_answer", "_skipping")
+    Linear in the bytes fed, however they are cut: each byte is searched once (by bytes.find, from a
+    position that only moves forward) and copied at most once. Lines end at CRLF, LF or CR (a CR at
+    the end of a chunk ends its line at once; an LF opening the next chunk is then its pair). An
+    event past _MAX_EVENT_BYTES is not parsed, and no more than that of it is ever held.
+    """
+
+    __slots__ = ("_after_cr", "_data", "_on_answer", "_overlong", "_partial", "_size", "_skipping")
 
     def __init__(self, on_answer: OnAnswer) -> None:
         self._on_answer = on_answer
-        self._buffer = b""
-        self._data: list[bytes] = []
-        self._skipping = False
+        self._partial = bytearray()  # the start of a line whose end has not come yet
+        self._data: list[bytes] = []  # the data lines of the event being read
+        self._size = 0  # their bytes
+        self._skipping = False  # this event passed the cap: it is not parsed
+        self._overlong = False  # this line passed the cap: the rest of it is dropped
+        self._after_cr = False  # the last byte fed was a CR: an LF next is its pair, not a line
 
     def feed(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        while True:
-            cut = _line_end(self._buffer)
-            if cut is None:
-                if len(self._buffer) > _MAX_EVENT_BYTES:
-                    self._buffer, self._data, self._skipping = b"", [], True
-                return
-            end, width = cut
-            line, self._buffer = self._buffer[:end], self._buffer[end + width :]
+        end = len(chunk)
+        if not end:
+            return
+        pos = 1 if self._after_cr and chunk[0] == 0x0A else 0
+        self._after_cr = chunk[end - 1] == 0x0D  # a CR ends its line here, whatever follows
+        if self._partial or self._overlong:
+            pos = self._finish_line(chunk, pos, end)
+        lf = chunk.find(b"\n", pos)
+        cr = chunk.find(b"\r", pos)
+        while pos < end:
+            if not (self._data or self._skipping):
+                # Between events only a data line changes anything: skip to the next one, so blank
+                # lines, comments and other fields between events pass at the speed of find.
+                found = _next_data_line(chunk, pos)
+                if found < 0:
+                    self._keep(chunk, _after_last_line(chunk, pos), end)
+                    return
+                pos = found
+                if -1 < lf < pos:
+                    lf = chunk.find(b"\n", pos)
+                if -1 < cr < pos:
+                    cr = chunk.find(b"\r", pos)
+            if cr < 0 or -1 < lf < cr:
+                if lf < 0:
+                    self._keep(chunk, pos, end)
+                    return
+                cut = lf
+                next_pos = lf + 1
+                lf = chunk.find(b"\n", next_pos)
+            else:
+                cut = cr
+                next_pos = cr + 2 if cr + 1 < end and chunk[cr + 1] == 0x0A else cr + 1
+                cr = chunk.find(b"\r", next_pos)
+                if -1 < lf < next_pos:
+                    lf = chunk.find(b"\n", next_pos)
+            if pos == cut or chunk.startswith(b"data:", pos, cut):
+                self._line(chunk[pos:cut])
+            # (any other line, a comment or another field, notes nothing)
+            pos = next_pos
+
+    def _finish_line(self, chunk: bytes, pos: int, end: int) -> int:
+        """End the line an earlier chunk began, if this chunk ends it; where the next line starts."""
+        lf = chunk.find(b"\n", pos)
+        cr = chunk.find(b"\r", pos)
+        cut = lf if cr < 0 or -1 < lf < cr else cr
+        if cut < 0:
+            self._keep(chunk, pos, end)
+            return end
+        if self._overlong:
+            self._overlong = False  # the end of a line past the cap: dropped with it
+        else:
+            self._partial += memoryview(chunk)[pos:cut]
+            line = bytes(self._partial)
+            self._partial.clear()
             self._line(line)
+        return cut + 2 if cut == cr and cut + 1 < end and chunk[cut + 1] == 0x0A else cut + 1
 
     def end(self) -> None:
-        """The stream ended: a CR it ended on ends a line (no LF can follow it now)."""
-        if self._buffer.endswith(b"\r"):
-            self.feed(b"\n")
+        """The stream ended. A CR it ended on has ended its line already; a line with no end is
+        dropped, as the event it belongs to is."""
+        self._after_cr = False
+
+    def _keep(self, chunk: bytes, start: int, end: int) -> None:
+        """Hold the start of a line whose end is in a later chunk, up to the cap."""
+        if start >= end or self._overlong:
+            return
+        if len(self._partial) + end - start > _MAX_EVENT_BYTES:
+            self._partial.clear()
+            self._data, self._size = [], 0
+            self._overlong = self._skipping = True
+            return
+        self._partial += memoryview(chunk)[start:end]
 
     def _line(self, line: bytes) -> None:
         if not line:  # a blank line dispatches the event
-            data, self._data = self._data, []
+            data, self._data, self._size = self._data, [], 0
             if data and not self._skipping:
-                found = answer_of(b"\n".join(data))
+                found = answer_of(data[0] if len(data) == 1 else b"\n".join(data))
                 if found is not None:
                     self._on_answer(*found)
             self._skipping = False
             return
-        if line.startswith(b"data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
+        if line.startswith(b"data:") and not self._skipping:
+            value = line[6:] if line[5:6] == b" " else line[5:]
+            self._size += len(value) + 1
+            if self._size > _MAX_EVENT_BYTES:
+                self._data, self._size, self._skipping = [], 0, True
+            else:
+                self._data.append(value)
 
 
-def _line_end(buffer: bytes) -> tuple[int, int] | None:
-    """Where the first line of `buffer` ends and how wide its terminator is (CRLF, LF or CR)."""
-    lf = buffer.find(b"\n")
-    cr = buffer.find(b"\r")
-    if cr == -1 and lf == -1:
-        return None
-    if cr == -1 or (lf != -1 and lf < cr):
-        return lf, 1
-    if cr + 1 < len(buffer):
-        return cr, 2 if buffer[cr + 1 : cr + 2] == b"\n" else 1
-    return None  # a CR at the very end: wait for the next byte to know whether LF follows
+def _next_data_line(chunk: bytes, pos: int) -> int:
+    """Where the first line at or after `pos` (a line's start) that opens with `data:` starts, or -1."""
+    found = chunk.find(b"data:", pos)
+    while found > pos and chunk[found - 1] not in (0x0A, 0x0D):
+        found = chunk.find(b"data:", found + 1)
+    return found
+
+
+def _after_last_line(chunk: bytes, pos: int) -> int:
+    """Where the bytes after the last line end at or after `pos` (a line's start) start."""
+    return max(chunk.rfind(b"\n", pos), chunk.rfind(b"\r", pos), pos - 1) + 1
 
 
 class AnswerWatch:

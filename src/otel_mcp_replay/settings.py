@@ -1,0 +1,178 @@
+"""The plugin's settings: each has one check, applied once, whatever form it came in.
+
+The rule: a setting holds only a value its meaning allows. A keyword's value (settings_of, or a
+Settings built directly) and an environment variable's text (setting_from_text: ASCII digits,
+`true`/`false`, `TOKENS,RATIO`) go through the same check of that setting, and a refusal names
+the field or the variable, never the value. The retry budget's bounds live here alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Final
+
+from otel_mcp_replay.declaration import built_checked, is_int, type_error, value_error
+
+# The retry budget counts in thousandths of a token (as gRPC's retryThrottling): a smaller ratio
+# would return nothing.
+MIN_RATIO: Final = 0.001
+MIN_TOKENS: Final = 1
+
+_ASCII_SPACE: Final = " \t\n\r\x0b\x0c"
+_DIGITS: Final = re.compile(r"[0-9]{1,18}", re.ASCII)
+_DECIMAL: Final = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?|\.[0-9]{1,18}", re.ASCII)
+_TRUE: Final = frozenset(("true", "1", "yes", "on"))
+_FALSE: Final = frozenset(("false", "0", "no", "off"))
+
+
+def _check_int(value: object, path: str, minimum: int) -> int:
+    if not is_int(value):
+        type_error(path, "must be an integer")
+    number = int(value)
+    if number < minimum:
+        value_error(path, f"must be at least {minimum}")
+    return number
+
+
+def _check_bool(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        type_error(path, "must be True or False")
+    return value
+
+
+def _ratio_fits(ratio: float, tokens: int) -> bool:
+    """The retry budget's bounds: a ratio from MIN_RATIO up to the tokens (tokens >= MIN_TOKENS)."""
+    return math.isfinite(ratio) and MIN_RATIO <= ratio <= tokens
+
+
+def check_retry_budget(value: object, path: str = "retry_budget") -> tuple[int, float] | None:
+    """`(tokens, ratio)` checked: tokens an int of at least 1, ratio a number from 0.001 to tokens
+    (a list of two is read as the pair); None is off. A refusal names `path[0]` or `path[1]`."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        type_error(path, "must be (tokens, ratio) or None")
+    tokens, ratio = value
+    count = _check_int(tokens, f"{path}[0]", MIN_TOKENS)
+    if not (is_int(ratio) or isinstance(ratio, float)):
+        type_error(f"{path}[1]", "must be a number")
+    share = float(ratio)
+    if not _ratio_fits(share, count):
+        value_error(f"{path}[1]", "must be at least 0.001 and at most the tokens")
+    return count, share
+
+
+def _check_max_attempts(value: object, path: str) -> int:
+    return _check_int(value, path, 1)
+
+
+def _check_max_wait_ms(value: object, path: str) -> int:
+    return _check_int(value, path, 0)
+
+
+# The one check of each setting, by field name.
+_CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
+    "max_attempts": _check_max_attempts,
+    "max_wait_ms": _check_max_wait_ms,
+    "retry_on_throttle": _check_bool,
+    "retry_budget": check_retry_budget,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plugin's settings. Built directly, each is checked; settings_of checks each once too."""
+
+    max_attempts: int = 3  # attempts including the first
+    max_wait_ms: int = 10000  # cap on total waiting in one call
+    retry_on_throttle: bool = True  # False turns off the compatibility rule for 429
+    retry_budget: tuple[int, float] | None = (100, 0.1)  # (tokens, ratio) per endpoint, or None: off
+
+    def __post_init__(self) -> None:
+        for name, check in _CHECKS.items():
+            object.__setattr__(self, name, check(getattr(self, name), name))
+
+
+DEFAULTS: Final = Settings()
+SETTING_NAMES: Final = tuple(f.name for f in fields(Settings))
+
+
+def setting_of(name: str, value: object, where: str) -> object:
+    """`value` checked as the setting `name`; a refusal names `where`. An unknown name is a TypeError."""
+    check = _CHECKS.get(name)
+    if check is None:
+        type_error(name, "unknown setting")
+    return check(value, where)
+
+
+def settings_of(**kw: object) -> Settings:
+    """Settings from keyword arguments, each checked once; an unknown one is a TypeError naming it."""
+    return settings_from_checked({name: setting_of(name, value, name) for name, value in kw.items()})
+
+
+def settings_from_checked(checked: Mapping[str, object]) -> Settings:
+    """Settings holding `checked` (values returned by setting_of or setting_from_text), the
+    defaults for the rest; nothing is checked again."""
+    return built_checked(
+        Settings, **{name: checked.get(name, getattr(DEFAULTS, name)) for name in SETTING_NAMES}
+    )
+
+
+# --- the environment's text forms ----------------------------------------------------------------
+
+
+def _whole_number(text: str, where: str) -> int:
+    if not _DIGITS.fullmatch(text):  # ASCII digits only: int() would take full-width and others
+        value_error(where, "must be a whole number (ASCII digits)")
+    return int(text)
+
+
+def _yes_or_no(text: str, where: str) -> bool:
+    spoken = text.lower() if text.isascii() else ""
+    if spoken in _TRUE:
+        return True
+    if spoken in _FALSE:
+        return False
+    value_error(where, "must be true or false")
+
+
+def retry_budget_of(text: str, where: str) -> tuple[int, float] | None:
+    """The environment's form of `retry_budget`: `TOKENS,RATIO` (e.g. `100,0.1`) or `off`."""
+    if not isinstance(text, str):
+        type_error(where, "must be a string")
+    spoken = text.strip(_ASCII_SPACE)
+    if spoken.isascii() and spoken.lower() == "off":
+        return None
+    tokens, comma, ratio = spoken.partition(",")
+    tokens, ratio = tokens.strip(_ASCII_SPACE), ratio.strip(_ASCII_SPACE)
+    if not comma or not _DIGITS.fullmatch(tokens) or not _DECIMAL.fullmatch(ratio):
+        value_error(where, "must be TOKENS,RATIO (e.g. 100,0.1) or off")
+    count, share = int(tokens), float(ratio)
+    if count < MIN_TOKENS or not _ratio_fits(share, count):
+        value_error(where, "needs TOKENS at least 1 and RATIO from 0.001 to TOKENS")
+    return count, share
+
+
+_TEXT_FORMS: Final[Mapping[str, Callable[[str, str], object]]] = {
+    "max_attempts": _whole_number,
+    "max_wait_ms": _whole_number,
+    "retry_on_throttle": _yes_or_no,
+    "retry_budget": retry_budget_of,
+}
+
+
+def setting_from_text(name: str, text: str, where: str) -> object:
+    """The setting `name` from an environment variable's text (surrounding ASCII blanks ignored),
+    checked once; a refusal names `where` (the variable), never the text."""
+    form = _TEXT_FORMS.get(name)
+    if form is None:
+        type_error(name, "unknown setting")
+    if not isinstance(text, str):
+        type_error(where, "must be a string")
+    value = form(text.strip(_ASCII_SPACE), where)
+    if name == "retry_budget":
+        return value  # its text form already held it to the budget's bounds
+    return setting_of(name, value, where)

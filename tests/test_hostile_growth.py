@@ -1,0 +1,204 @@
+"""Issue 15: what a server or the environment sends costs time linear in its size.
+
+Each case is timed (process CPU, best of a few runs) at a size and at twice that size: twice the
+input may cost at most three times as much, plus a small constant for the clock's noise, and the
+first size has a generous absolute bound, checked before the second runs (so a quadratic cost
+fails in seconds rather than running for minutes). The sizes are small next to the benchmark's
+(benchmarks/hostile.py): enough that a quadratic cost shows, little enough for a slow VM.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from otel_mcp_replay import environment_variables as ev
+from otel_mcp_replay.config import resolve
+from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
+from otel_mcp_replay.ledger import SseAnswers
+
+MIB = 1024 * 1024
+SLACK_S = 0.1  # what the clock and the machine's other load may add to a run
+ANSWER = b"event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "id": 7, "result": {}}).encode() + b"\n\n"
+
+
+def cpu_seconds(run: Callable[[], object], give_up_s: float = float("inf"), repeats: int = 3) -> float:
+    """The best of `repeats` runs, or the first run's time when it passed `give_up_s`."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        run()
+        best = min(best, time.process_time() - started)
+        if best >= give_up_s:
+            break
+    return best
+
+
+def assert_linear(case: Callable[[int], Callable[[], object]], size: int, bound_s: float) -> None:
+    """`case(n)` makes the run for input size n (the making is not timed)."""
+    small = cpu_seconds(case(size), give_up_s=bound_s)
+    assert small < bound_s, f"{small:.2f} s for {size} bytes (bound {bound_s} s)"
+    large = cpu_seconds(case(2 * size), give_up_s=3 * small + SLACK_S)
+    assert large < 3 * small + SLACK_S, f"{small:.3f} s, then {large:.3f} s for twice the input"
+
+
+# --- event streams (F4) --------------------------------------------------------------------------
+
+
+def sse_feed(padding: bytes, chunk: int | None, before: bytes = b"") -> Callable[[int], Callable[[], object]]:
+    """A stream of `before`, then `padding` repeated to n bytes, then the answer; fed in chunks of
+    `chunk` bytes (None: all at once). The answer after the padding must still be seen."""
+
+    def case(n: int) -> Callable[[], object]:
+        stream = before + padding * (n // len(padding)) + ANSWER
+        size = chunk or len(stream)
+        chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+
+        def run() -> None:
+            seen: list[object] = []
+            reader = SseAnswers(lambda request_id, kind: seen.append(request_id))
+            for part in chunks:
+                reader.feed(part)
+            reader.end()
+            assert seen == [7]
+
+        return run
+
+    return case
+
+
+PADDINGS = {
+    "blank lines": b"\n",
+    "blank lines, CRLF": b"\r\n",
+    "blank lines, CR": b"\r",
+    "comments": b": x\n",
+    "other fields": b"id: 1\nevent: ping\n",
+}
+
+
+@pytest.mark.parametrize("chunk", [1024, 64 * 1024, None], ids=["1KiB", "64KiB", "whole"])
+@pytest.mark.parametrize("padding", list(PADDINGS), ids=list(PADDINGS))
+def test_an_event_stream_s_padding_costs_linear_time(padding: str, chunk: int | None) -> None:
+    assert_linear(sse_feed(PADDINGS[padding], chunk), MIB, bound_s=3.0)
+
+
+@pytest.mark.parametrize("chunk", [1024, None], ids=["1KiB", "whole"])
+def test_comments_inside_an_event_cost_linear_time(chunk: int | None) -> None:
+    # An event whose data began, then a flood of comments before the blank line: the data line of
+    # the answer comes later in the same event and is joined to the first.
+    def case(n: int) -> Callable[[], object]:
+        before = b'data: {"jsonrpc": "2.0",\n'
+        stream = before + b": x\n" * (n // 4) + b'data: "id": 7, "result": {}}\n\n'
+        size = chunk or len(stream)
+        chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+
+        def run() -> None:
+            seen: list[object] = []
+            reader = SseAnswers(lambda request_id, kind: seen.append(request_id))
+            for part in chunks:
+                reader.feed(part)
+            assert seen == [7]
+
+        return run
+
+    assert_linear(case, MIB, bound_s=3.0)
+
+
+@pytest.mark.parametrize("chunk", [1024, 64 * 1024], ids=["1KiB", "64KiB"])
+def test_a_large_answer_in_small_chunks_costs_linear_time(chunk: int) -> None:
+    def case(n: int) -> Callable[[], object]:
+        result = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "x" * n}]}}
+        stream = b"event: message\r\ndata: " + json.dumps(result).encode() + b"\r\n\r\n"
+        chunks = [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
+
+        def run() -> None:
+            seen: list[object] = []
+            reader = SseAnswers(lambda request_id, kind: seen.append(request_id))
+            for part in chunks:
+                reader.feed(part)
+            assert seen == [7]
+
+        return run
+
+    assert_linear(case, MIB, bound_s=3.0)
+
+
+# --- the environment ------------------------------------------------------------------------------
+
+
+def environment(variable: str, make: Callable[[int], str]) -> Callable[[int], Callable[[], object]]:
+    def case(n: int) -> Callable[[], object]:
+        environ = {variable: make(n)}
+        return lambda: resolve({}, environ)
+
+    return case
+
+
+def many_tools(n: int) -> str:
+    tools = {f"tool_{i}": {"on": ["throttle"]} for i in range(n // 40)}
+    return json.dumps({"http://127.0.0.1:9/mcp": {"policy": "app-authorized", "tools": tools}})
+
+
+def many_servers(n: int) -> str:
+    return json.dumps({f"http://h{i}.example:{1 + i % 60000}/mcp/{i}": {} for i in range(n // 40)})
+
+
+def unknown_field_last(n: int) -> str:
+    # A refusal counts the stranger's position: never by searching the mapping again per field.
+    tools = {f"tool_{i}": {} for i in range(n // 20)}
+    return json.dumps({"http://127.0.0.1:9/mcp": {"tools": tools, "https://u:p@x/": 1}})
+
+
+ENVIRONMENTS = {
+    "servers: many tools": (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, many_tools),
+    "servers: many endpoints": (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, many_servers),
+    "servers: unknown field last": (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, unknown_field_last),
+    "servers: deep nesting": (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, lambda n: "[" * n),
+    "servers: a long key": (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, lambda n: json.dumps({"h" * n: {}})),
+    "servers: a long tool name": (
+        ev.OTEL_PYTHON_MCP_REPLAY_SERVERS,
+        lambda n: json.dumps({"http://h/mcp": {"tools": {"t" * n: {"on": 1}}}}),
+    ),
+    "max attempts: digits": (ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS, lambda n: "9" * n),
+    "retry budget: digits": (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, lambda n: "1," + "0" * n + "1"),
+    "retry budget: commas": (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, lambda n: "," * n),
+    "retry on throttle": (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE, lambda n: "t" * n),
+}
+
+
+@pytest.mark.parametrize("name", list(ENVIRONMENTS))
+def test_an_environment_value_costs_linear_time(name: str) -> None:
+    variable, make = ENVIRONMENTS[name]
+    assert_linear(environment(variable, make), 256 * 1024, bound_s=3.0)
+
+
+# --- URLs -----------------------------------------------------------------------------------------
+
+DECLARED = servers_of({"http://h.example/mcp": {"label": "a"}, "https://h.example": {"label": "b"}})
+LONG_URLS = {
+    "a long path": lambda n: "http://h.example/" + "p/" * (n // 2),
+    "a long host": lambda n: "http://" + "a." * (n // 2) + "example/mcp",
+    "a long port": lambda n: "http://h.example:" + "1" * n + "/mcp",
+    "a long query": lambda n: "http://h.example/mcp?" + "k=v&" * (n // 4),
+    "long userinfo": lambda n: "http://" + "u:" * (n // 2) + "@h.example/mcp",
+    "brackets": lambda n: "http://[" + "::" * (n // 2) + "]/mcp",
+    "percent signs": lambda n: "http://h.example/" + "%" * n,
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_URLS))
+def test_reading_a_url_costs_linear_time(name: str) -> None:
+    def case(n: int) -> Callable[[], object]:
+        url = LONG_URLS[name](n)
+
+        def run() -> None:
+            origin_of(url)
+            NO_SERVERS.resolve(url)
+            DECLARED._lookup(url)  # past the cache, which would answer a repeat at once
+
+        return run
+
+    assert_linear(case, 256 * 1024, bound_s=3.0)
