@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mcp_replay.declaration import COMPATIBILITY, Settings
+from otel_mcp_replay.declaration import COMPATIBILITY
 from otel_mcp_replay.law import MAX_RETRY_AFTER_MS, Declined, Outcome, Target, retry_after_ms
 from otel_mcp_replay.policy import (
     BACKOFF_CAP_MS,
@@ -22,6 +22,7 @@ from otel_mcp_replay.policy import (
     Wait,
     backoff_ms,
 )
+from otel_mcp_replay.settings import Settings
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 NOW_S = NOW.timestamp()

@@ -31,7 +31,7 @@ from harness.receiver import OtlpReceiver, SpanDict
 from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.declaration import servers_from_config_file
+from otel_mcp_replay.config import servers_from_config_file
 from otel_mcp_replay.redaction import MASK
 
 if sys.version_info >= (3, 11):

@@ -450,6 +450,7 @@ ENV_VARIABLES = (
     ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS,
     ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
     ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
+    ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S,
     ev.OTEL_PYTHON_MCP_REPLAY_SERVERS,
     ev.OTEL_PYTHON_MCP_REPLAY_CONFIG,
 )
@@ -463,6 +464,7 @@ def environment(draw: st.DrawFn) -> tuple[dict[str, str], bool, ConfigFile | Non
     for variable, strategy in (
         (ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS, _int_var(1)),
         (ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS, _int_var(0)),
+        (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S, _int_var(0)),
         (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE, bool_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, budget_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, servers_var),

@@ -6,8 +6,8 @@ generous slack; they check order and bounds, never a tight figure.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import gc
 import random
 import socket
 import sys
@@ -36,9 +36,10 @@ from harness.faults import (
     Throttle,
     http_date,
 )
+from harness.faults import Status as HttpStatus
 from harness.proxy import TcpProxy
 from harness.server import ServerHandle, running_server
-from otel_mcp_replay import McpReplayInstrumentor, ReplayUnavailableError, UnknownEffectError
+from otel_mcp_replay import ReplayUnavailableError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
@@ -246,12 +247,12 @@ async def test_sse_transport_network_failure_fails_only_that_call(
     assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
 
 
-async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_exists(
+async def test_a_call_gets_a_scope_the_seam_can_end_until_its_session_is_seen_on_streamable_http(
     sse_server: ServerHandle, server: ServerHandle, instrument: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the SSE transport's series ends a call by cancelling it (the SDK would wait forever for
-    the answer), and only through a client sse_client built, which exists before any call on its
-    session: a call made while there is no such client is not wrapped in a cancel scope."""
+    """Only where the SDK would wait forever for an answer (the legacy SSE transport, a connection
+    whose answers cannot be matched) does the HTTP seam end a call by cancelling its scope. A session
+    once seen speaking streamable HTTP, where the SDK resolves a failed request itself, gets none."""
     from otel_mcp_replay.patches import session as session_patch
 
     scoped = 0
@@ -264,41 +265,102 @@ async def test_a_call_gets_a_scope_the_series_can_end_only_while_an_sse_client_e
 
     monkeypatch.setattr(session_patch, "_stoppable", counted)
     app = {"policy": "app-authorized", "tools": {}}
-    instrument(servers={sse_server.origin: app, server.url: app})
-    runtime = McpReplayInstrumentor().runtime
-    assert runtime is not None
-    sse_clients = runtime.sse_clients
-
-    gc.collect()  # an earlier test's SSE client, in a reference cycle, is gone
+    instrument(servers={sse_server.url: app, server.url: app})
     async with Client(server.url) as client:
-        assert not sse_clients
         assert (await client.call_tool("search", {"query": "streamable"})).is_error is False
-        assert scoped == 0
+        assert scoped == 1  # its session was not known yet
+        assert (await client.call_tool("search", {"query": "again"})).is_error is False
+        assert scoped == 1
         sse_server.faults.add("search", DropBeforeExecution())
         async with sse_session(sse_server) as session:
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
                 await session.call_tool("search", {"query": "sse"})  # ended by its scope
-            assert scoped == 1
+            assert scoped == 2
+            assert (await session.call_tool("search", {"query": "sse again"})).is_error is False
+            assert scoped == 3  # an SSE session keeps its scope
             assert (await client.call_tool("search", {"query": "meanwhile"})).is_error is False
-            assert scoped == 2  # harmless: a scope nobody cancels
-        gc.collect()
-        assert not sse_clients  # the SSE client is gone with its transport
-        assert (await client.call_tool("search", {"query": "after"})).is_error is False
-        assert scoped == 2
+            assert scoped == 3
 
 
-async def test_an_sse_client_built_before_instrument_cannot_be_matched_so_app_authorized_refuses(
+async def test_an_sse_client_imported_before_instrument_keeps_the_declaration_of_its_url(
     sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    early = sse_client  # bound at import, before instrument(): the plugin never sees its client
-    instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
-    assert mcp.client.sse.sse_client is not early
+    """Frameworks import sse_client when they load, before the app calls instrument(): the plugin
+    knows the connection where it is used (its GET stream), and the declaration keyed by the URL
+    the app connects to (`.../sse`) governs the calls POSTed to the endpoint it announced."""
+    early = sse_client  # bound at import, before instrument()
+    instrument(
+        servers={sse_server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}}
+    )
+    assert mcp.client.sse.sse_client is early  # nothing wraps it: import order cannot matter
+    sse_server.faults.add("search", Throttle("0"))
     async with early(sse_server.url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
+        with anyio.fail_after(10):
+            result = await session.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert record[t.POLICY] == "app-authorized"
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert record[t.ATTEMPTS_STATUS] == (429, 202)
+    assert sse_server.counters.executions("search") == 1
+
+
+@pytest.mark.parametrize("key", ["url", "origin"])
+async def test_an_sse_stream_opened_before_instrument_is_refused_at_once_under_app_authorized(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any, key: str
+) -> None:
+    """Its GET stream was never seen, so its answers cannot be matched, nor can its calls' URL be
+    told from its own: an app-authorized declaration on its origin refuses it (fail closed) before
+    sending, at once (not after the SDK's timeout), and the session lives on."""
+    async with sse_client(sse_server.url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        declared = sse_server.url if key == "url" else sse_server.origin
+        instrument(servers={declared: {"policy": "app-authorized", "tools": {}}})
+        started = time.monotonic()
         with anyio.fail_after(10), pytest.raises(ReplayUnavailableError):
             await session.call_tool("search", {"query": "q"})
+        assert time.monotonic() - started < 2.0
+        assert (await session.list_tools()).tools  # the connection itself still works
     assert sse_server.counters.tool_posts("search") == 0  # refused before it was sent
-    assert the_record(telemetry)[t.SENT] == 0
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.EFFECT], record[t.VERDICT]) == (0, "none", "failed")
+
+
+async def test_a_callers_timeout_is_never_replaced_by_a_plugin_error(
+    sse_server: ServerHandle, server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A caller that stops waiting gets its own timeout, on both transports, whatever the plugin knew."""
+    app = {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}
+    instrument(servers={sse_server.url: app, server.url: app})
+    sse_server.faults.add("search", StallThenPass(3.0))
+    async with sse_session(sse_server) as session:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(session.call_tool("search", {"query": "slow"}), 0.5)
+    server.faults.add("search", StallThenPass(3.0))
+    async with Client(server.url) as client:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.call_tool("search", {"query": "slow"}), 0.5)
+    assert all(not r[t.MAY_HAVE_RUN] for r in records(telemetry))
+
+
+async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_the_session_lives(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A 429 the law declines (a changing tool without a key) fails that call promptly with the
+    server's status kept, as on streamable HTTP; the SDK alone would lose the session."""
+    instrument(servers={sse_server.url: {"tools": {"send_email": {"changes": True}}}})
+    sse_server.faults.add("send_email", Throttle("0"))
+    async with sse_session(sse_server) as session:
+        started = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(MCPError) as refused:
+            await session.call_tool("send_email", {"to": "a", "body": "b"})
+        assert time.monotonic() - started < 2.0
+        assert "429" in str(refused.value)
+        assert (await session.call_tool("search", {"query": "next"})).is_error is False
+    record = records(telemetry)[0]
+    assert record[t.ATTEMPTS_STATUS] == (429,) and record[t.VERDICT] == "failed"
+    assert sse_server.counters.executions("send_email") == 0
 
 
 # -- answers that never came --
@@ -536,7 +598,7 @@ def test_uninstrument_restores_every_patched_function(instrument: Any) -> None:
     instrumentor = instrument()
     assert httpx2.AsyncClient.send is not ORIGINAL_SEND
     assert ClientSession.call_tool is not ORIGINAL_CALL_TOOL
-    assert mcp.client.sse.sse_client is not ORIGINAL_SSE_CLIENT
+    assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT  # never wrapped: import order cannot matter
     instrumentor.uninstrument()
     assert httpx2.AsyncClient.send is ORIGINAL_SEND
     assert ClientSession.call_tool is ORIGINAL_CALL_TOOL
@@ -663,3 +725,38 @@ async def test_a_repeat_after_a_429_whose_stream_then_ends_without_the_answer_ma
     assert record[t.ATTEMPTS_STATUS] == (429, 200)
     assert record[t.ATTEMPTS_FAILURE] == ("throttle", "network")
     assert record[t.MAY_HAVE_RUN] is True
+
+
+# -- redirects --
+
+
+async def test_a_followed_redirect_is_one_attempt_and_the_answer_after_it_is_known(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    """The SDK follows a 307 within the endpoint's origin with the same request: the hop and the
+    request it leads to are one attempt, whose answer says what it did (not `unknown`)."""
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": {}}})
+    server.faults.add("search", HttpStatus(307, headers={"location": server.url}))
+    async with Client(server.url, mode=mode) as client:
+        with anyio.fail_after(10):
+            result = await client.call_tool("search", {"query": "q"})
+    assert not result.is_error
+    record = the_record(telemetry)
+    assert (record[t.EFFECT], record[t.VERDICT], record[t.SENT]) == ("applied", "completed", 1), str(record)
+    assert record[t.ATTEMPTS_STATUS] == (200,) and record[t.ATTEMPTS_EFFECT] == ("applied",)
+    assert len(attempt_spans(telemetry)) == 1
+    assert server.counters.executions("search") == 1
+
+
+async def test_a_redirect_the_sdk_does_not_follow_is_recorded_as_what_came(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": {}}})
+    elsewhere = "http://127.0.0.2:9/mcp"  # another origin: the SDK does not follow it (never connected)
+    server.faults.add("search", HttpStatus(307, headers={"location": elsewhere}))
+    async with Client(server.url) as client:
+        with anyio.fail_after(10), pytest.raises(MCPError):
+            await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (307,) and record[t.ATTEMPTS_EFFECT] == ("unknown",)
+    assert record[t.VERDICT] == "failed"

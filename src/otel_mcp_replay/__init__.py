@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from otel_mcp_replay.version import __version__
 
 if TYPE_CHECKING:
-    from otel_mcp_replay.errors import ReplayUnavailableError, UnknownEffectError
+    from otel_mcp_replay.errors import RepeatRefusedError, ReplayUnavailableError, UnknownEffectError
+    from otel_mcp_replay.guard import repeat_confirmed
     from otel_mcp_replay.instrumentor import McpReplayInstrumentor
     from otel_mcp_replay.redaction import RedactingSpanExporter, RedactingSpanProcessor
 
@@ -19,15 +20,19 @@ __all__ = [
     "McpReplayInstrumentor",
     "RedactingSpanExporter",
     "RedactingSpanProcessor",
+    "RepeatRefusedError",
     "ReplayUnavailableError",
     "UnknownEffectError",
     "__version__",
+    "repeat_confirmed",
 ]
 
 _WHERE = {
     "McpReplayInstrumentor": "otel_mcp_replay.instrumentor",
     "UnknownEffectError": "otel_mcp_replay.errors",
     "ReplayUnavailableError": "otel_mcp_replay.errors",
+    "RepeatRefusedError": "otel_mcp_replay.errors",
+    "repeat_confirmed": "otel_mcp_replay.guard",
     "RedactingSpanProcessor": "otel_mcp_replay.redaction",
     "RedactingSpanExporter": "otel_mcp_replay.redaction",
 }

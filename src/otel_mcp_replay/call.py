@@ -1,7 +1,8 @@
 """One tool call and the life of each of its attempts: what the call's span and record say.
 
-The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its answer) -> DONE,
-entered only through the named transitions below; at DONE its span ends, its row is written and it
+The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its answer) -> DONE
+(a redirect the client follows, SENDING -> REDIRECTED -> SENDING, stays the same attempt), entered
+only through the named transitions below; at DONE its span ends, its row is written and it
 is counted, once. The call is given up (`abandon`) when the caller has its outcome or stopped
 waiting: nothing more is sent for it, and an attempt still open is settled as what is known of it.
 Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
@@ -21,11 +22,19 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.errors import ReplayUnavailableError, UnknownEffectError
-from otel_mcp_replay.law import NO_RESPONSE, Answer, Outcome, Permission, RequestFacts, SeriesKnowledge
+from otel_mcp_replay.errors import UnknownEffectError
+from otel_mcp_replay.law import (
+    NO_RESPONSE,
+    Answer,
+    Outcome,
+    Permission,
+    RequestFacts,
+    SeriesKnowledge,
+    classify,
+)
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record, is_vouching, vouch
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import CallVerdict, DeclinedReason
+from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -33,7 +42,7 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
     "otel_mcp_replay_call", default=None
 )
 
-State = Literal["sending", "exchanged", "awaiting", "done"]
+State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
 
 
 class Attempt:
@@ -44,6 +53,7 @@ class Attempt:
         "declined",
         "early",
         "ended_ns",
+        "hop_status",
         "number",
         "outcome",
         "permission",
@@ -63,8 +73,15 @@ class Attempt:
         self.wait_ms = 0
         self.declined: DeclinedReason | None = None
         self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
+        self.hop_status = 0  # the redirect the client is following, while REDIRECTED
 
     # -- transitions --
+
+    def redirected(self, status: int) -> None:
+        """SENDING -> REDIRECTED: a redirect the client follows with the same request; the next
+        hop continues this attempt (ToolCall.opened)."""
+        if self.state == "sending":
+            self.state, self.hop_status = "redirected", status
 
     def exchanged(self, outcome: Outcome, error: BaseException | None = None) -> None:
         """SENDING -> EXCHANGED: the HTTP exchange ended (before any wait)."""
@@ -115,7 +132,11 @@ class Attempt:
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
-        if self.state == "sending":  # a cancel or a read timeout mid-exchange: sent, no answer
+        if self.state == "redirected":  # the redirect was not followed after all
+            self.state = "sending"
+            self.exchanged(classify(self.hop_status, None))
+            self.decided(0, None)
+        elif self.state == "sending":  # a cancel or a read timeout mid-exchange: sent, no answer
             self.exchanged(NO_RESPONSE)
             self.decided(0, "budget")
         elif self.state == "exchanged":
@@ -197,6 +218,7 @@ class ToolCall:
         self._abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
         self.scope: anyio.CancelScope | None = None  # set while the seam can stop the call (SSE)
         self.stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
+        self.fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without key
         self._releases: list[Callable[[], object]] = []
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
@@ -210,6 +232,10 @@ class ToolCall:
     # -- the series' log --
 
     def opened(self, permission: Permission | None) -> None:
+        attempt = self.attempt
+        if permission is None and attempt is not None and attempt.state == "redirected":
+            attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
+            return
         self.attempts += 1
         number = self.attempts  # a redirect's follow-up continues the numbering
         attributes: dict[str, str | int] = {
@@ -281,10 +307,12 @@ class ToolCall:
             return False
         return True
 
-    def stop(self, error: BaseException) -> None:
+    def stop(self, error: BaseException, *, declined: CallDeclinedReason | None = None) -> None:
         """The seam ends this call now, and only this call, with `error` (the SDK would wait for an
-        answer that will never come, or must not send at all)."""
+        answer that will never come, or must not send at all); `declined` says why it was not sent."""
         self.stopped_with = error
+        if declined is not None:
+            self.span.set_attribute(t.DECLINED, declined)
         if self.scope is not None:
             self.scope.cancel()
 
@@ -294,25 +322,34 @@ class ToolCall:
         """The SDK returned `result`: settle, file the record, end the span."""
         self.abandon()
         self._file("tool-error" if getattr(result, "is_error", False) is True else "completed", False)
+        if self.fingerprint is not None and self.runtime.guard is not None:
+            self.runtime.guard.forget(self.fingerprint)
         self.span.end()
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
-        `exc` under the app-authorized policy (None: `exc` itself)."""
+        `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
-        if isinstance(self.stopped_with, ReplayUnavailableError):
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        stopped = self.stopped_with
+        if stopped is not None and self.attempt is None and not self.rows:  # refused before sending
             self._file("failed", False)
-            seen = self.stopped_with
+            seen = None if cancelled else stopped
         else:
             if self.attempt is not None:
                 self.attempt.abandon()
             # A caller that gave up sees its own cancellation, never "may have run".
-            uncertain = self.facts.uncertain and not isinstance(exc, anyio.get_cancelled_exc_class())
+            uncertain = self.facts.uncertain and not cancelled
             self._file("failed", uncertain)
             if uncertain:
                 seen = UnknownEffectError(self.tool)
                 seen.__cause__ = self.final_error if self.final_error is not None else exc
+            elif stopped is not None and not cancelled:
+                seen = stopped  # the server's refusal, which the SDK would not have raised in time
+            guard = self.runtime.guard
+            if self.fingerprint is not None and guard is not None and self.knowledge.effect == "unknown":
+                guard.remember(self.fingerprint)
         # The type only: an error's message may quote what the server echoed of the call.
         self.span.set_attribute(t.ERROR_TYPE, type(seen or exc).__qualname__)
         self.span.set_status(Status(StatusCode.ERROR))

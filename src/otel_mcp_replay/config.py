@@ -51,6 +51,7 @@ _ENV_SETTINGS: Final = {
     "max_wait_ms": ev.OTEL_PYTHON_MCP_REPLAY_MAX_WAIT_MS,
     "retry_on_throttle": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
     "retry_budget": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
+    "repeat_guard_s": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S,
 }
 _CONFIG_FIELDS: Final = frozenset(("servers",))
 _BOM: Final = "\ufeff"

@@ -17,11 +17,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, TypeGuard, TypeVar
+from typing import Any, Final, NoReturn, TypeGuard, TypeVar
 
 from otel_mcp_replay import telemetry as t
-
-Policy = Literal["compatibility", "app-authorized"]
+from otel_mcp_replay.telemetry import Policy
 
 LABEL: Final = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
 # A name shown in a field path. Dotted ones are shown quoted, `tools["web.fetch"]`, so no dot of
@@ -288,35 +287,3 @@ def _tool_entry_of(raw: object, path: str) -> ToolEntry:
     on = _check_on(given.get("on", []), field_path(path, "on"))
     changes = _check_changes(given.get("changes", False), field_path(path, "changes"))
     return built_checked(ToolEntry, on=on, changes=changes)
-
-
-# --- names that moved, importable from here until their importers follow them -------------------
-
-if TYPE_CHECKING:
-    from otel_mcp_replay.config import servers_from_config_file as servers_from_config_file
-    from otel_mcp_replay.endpoints import NO_SERVERS as NO_SERVERS
-    from otel_mcp_replay.endpoints import ORIGIN as ORIGIN
-    from otel_mcp_replay.endpoints import Servers as Servers
-    from otel_mcp_replay.endpoints import origin_of as origin_of
-    from otel_mcp_replay.settings import MIN_RATIO as MIN_RATIO
-    from otel_mcp_replay.settings import Settings as Settings
-
-_MOVED: Final = {
-    "NO_SERVERS": "otel_mcp_replay.endpoints",
-    "ORIGIN": "otel_mcp_replay.endpoints",
-    "Servers": "otel_mcp_replay.endpoints",
-    "origin_of": "otel_mcp_replay.endpoints",
-    "MIN_RATIO": "otel_mcp_replay.settings",
-    "Settings": "otel_mcp_replay.settings",
-    "servers_from_config_file": "otel_mcp_replay.config",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Looked up on first use, not imported above: those modules import this one.
-    home = _MOVED.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(home), name)

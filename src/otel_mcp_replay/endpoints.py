@@ -124,6 +124,19 @@ class Servers:
                 return exact
         return self.by_origin.get(origin, COMPATIBILITY)
 
+    def strictest_on_origin(self, url: str) -> Declaration:
+        """For a connection whose own URL cannot be told (a legacy-SSE stream opened before
+        instrument()): `url`'s declaration, unless any endpoint on its origin is declared
+        app-authorized, then that one (fail closed: its calls are refused, never repeated)."""
+        found = self.resolve(url)
+        endpoint = _endpoint_of(url)
+        if found.policy == "app-authorized" or endpoint is None:
+            return found
+        origin = endpoint[0]
+        candidates = [self.by_origin.get(origin, COMPATIBILITY)]
+        candidates += [declared for (o, _), declared in self.by_path.items() if o == origin]
+        return next((d for d in candidates if d.policy == "app-authorized"), found)
+
 
 NO_SERVERS: Final = Servers()
 

@@ -18,6 +18,9 @@ OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE = "OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THRO
 OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET = "OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET"
 """Per-endpoint token bucket `TOKENS,RATIO` (default `100,0.1`) or `off`."""
 
+OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S = "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S"
+"""Seconds the repeat guard remembers a call that may have run (default 600); `0` turns it off."""
+
 OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
 """Comma list of RE2 patterns on attribute keys (any case) whose values are masked (`\\,`: a comma)."""
 

@@ -1,17 +1,18 @@
-"""The two errors a caller can get from this plugin, and only under the app-authorized policy.
+"""The errors a caller can get from this plugin, each said so that an app, and a model that reads
+it, can act on it.
 
-Both are `MCPError`s, so code that already handles the SDK's errors keeps working; neither message
-carries a value from the call (no arguments, no endpoint path, no key).
+All are the installed mcp's own error class, so code that already handles the SDK's errors keeps
+working; no message carries a value from the call (no arguments, no endpoint path, no key).
 """
 
 from __future__ import annotations
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
 
 class UnknownEffectError(MCPError):
-    """The tool call failed after an attempt that got no answer: it may have run on the server.
+    """The tool call failed after a request that got no answer: it may have run on the server.
 
     `__cause__` is the final error the call met.
     """
@@ -19,7 +20,8 @@ class UnknownEffectError(MCPError):
     def __init__(self, tool: str) -> None:
         super().__init__(
             CONNECTION_CLOSED,
-            f"tool call {tool!r} failed without an answer for every attempt: it may have run on the server",
+            f"The tool call {tool!r} failed without an answer, so it MAY HAVE RUN on the server. "
+            "Do not call it again as it is: first check whether it took effect.",
         )
         self.tool = tool
 
@@ -33,7 +35,36 @@ class ReplayUnavailableError(MCPError):
     def __init__(self, tool: str) -> None:
         super().__init__(
             INVALID_REQUEST,
-            f"tool call {tool!r} not sent: the app-authorized replay policy needs a transport whose "
-            "answers can be matched to their requests (streamable HTTP, or SSE opened after instrument())",
+            f"The tool call {tool!r} was not sent, so it did not run: the app-authorized replay policy "
+            "needs a connection whose answers can be matched to their requests (streamable HTTP, or an "
+            "SSE stream opened after instrument()).",
         )
         self.tool = tool
+
+
+class RepeatRefusedError(MCPError):
+    """The same call of a changing tool failed with its effect unknown a moment ago: not sent again.
+
+    Raised before anything is sent, so this call did not run. `__cause__` is None.
+    """
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(
+            INVALID_REQUEST,
+            f"The tool call {tool!r} was not sent: the same call failed moments ago and MAY HAVE RUN. "
+            "Check whether it took effect before calling it again; to repeat it deliberately, call it "
+            "inside otel_mcp_replay.repeat_confirmed().",
+        )
+        self.tool = tool
+
+
+class RefusedError(MCPError):
+    """The server refused the request (an HTTP status that is not success) and it was not repeated.
+
+    Raised on the legacy SSE transport, where the SDK alone would lose the status and the session;
+    `status` is the HTTP status, also in the error's `data`.
+    """
+
+    def __init__(self, status: int) -> None:
+        super().__init__(INTERNAL_ERROR, f"The server refused the request: HTTP {status}", {"status": status})
+        self.status = status

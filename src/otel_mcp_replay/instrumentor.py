@@ -21,8 +21,9 @@ from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay.config import resolve
+from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import http_send, session, sse, stdio
+from otel_mcp_replay.patches import http_send, session, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime
@@ -41,7 +42,6 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
             functools.partial(http_send.send, rt, http_send.HttpClient.of(httpx2)),
         ),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
-        ("mcp.client.sse", "sse_client", functools.partial(sse.sse_client, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
         # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
         ("mcp.client.client", "stdio_client", stdio.stdio_client),
@@ -77,6 +77,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             settings=resolved.settings,
             budgets=RetryBudgets(resolved.settings.retry_budget),
             fail_closed=resolved.fail_closed,
+            guard=RepeatGuard(resolved.settings.repeat_guard_s) if resolved.settings.repeat_guard_s else None,
         )
         PROCESS.runtime = rt
         # Spans exported past every redaction are said once, at WARNING, naming the fix.

@@ -16,6 +16,8 @@ from otel_mcp_replay.law import Answer
 
 # Called with the request id as the server sent it and what it carried.
 OnAnswer = Callable[[object, Answer], None]
+# Called with the data of a legacy-SSE stream's first event: the message endpoint it announces.
+OnEndpoint = Callable[[str], None]
 # Called once when the stream ends: None on a clean end, the exception on a cut.
 OnEnd = Callable[[BaseException | None], None]
 
@@ -64,10 +66,22 @@ class SseAnswers:
     event past _MAX_EVENT_BYTES is not parsed, and no more than that of it is ever held.
     """
 
-    __slots__ = ("_after_cr", "_data", "_on_answer", "_overlong", "_partial", "_size", "_skipping")
+    __slots__ = (
+        "_after_cr",
+        "_data",
+        "_on_answer",
+        "_on_endpoint",
+        "_overlong",
+        "_partial",
+        "_size",
+        "_skipping",
+    )
 
-    def __init__(self, on_answer: OnAnswer) -> None:
+    def __init__(self, on_answer: OnAnswer, on_endpoint: OnEndpoint | None = None) -> None:
         self._on_answer = on_answer
+        # The legacy SSE transport's first event announces where to POST (`event: endpoint`, its
+        # data a URL, never JSON): the first event's data goes here, once, unless it is JSON.
+        self._on_endpoint = on_endpoint
         self._partial = bytearray()  # the start of a line whose end has not come yet
         self._data: list[bytes] = []  # the data lines of the event being read
         self._size = 0  # their bytes
@@ -153,7 +167,12 @@ class SseAnswers:
         if not line:  # a blank line dispatches the event
             data, self._data, self._size = self._data, [], 0
             if data and not self._skipping:
-                found = answer_of(data[0] if len(data) == 1 else b"\n".join(data))
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                on_endpoint, self._on_endpoint = self._on_endpoint, None
+                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):
+                    on_endpoint(payload.decode("utf-8", "replace"))
+                    return
+                found = answer_of(payload)
                 if found is not None:
                     self._on_answer(*found)
             self._skipping = False
@@ -184,9 +203,11 @@ class AnswerWatch:
     """The response's own byte stream, passed through, with its answers and its end reported. The
     HTTP seam makes it a subclass of its client library's AsyncByteStream (HttpClient.of)."""
 
-    def __init__(self, inner: Any, on_answer: OnAnswer, on_end: OnEnd) -> None:
+    def __init__(
+        self, inner: Any, on_answer: OnAnswer, on_end: OnEnd, on_endpoint: OnEndpoint | None = None
+    ) -> None:
         self._inner = inner
-        self._events = SseAnswers(on_answer)
+        self._events = SseAnswers(on_answer, on_endpoint)
         self._on_end: OnEnd | None = on_end
 
     def _end(self, error: BaseException | None) -> None:

@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
-from otel_mcp_replay.declaration import MIN_RATIO, Declaration, Settings
+from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Outcome, Permission, Target, permit
+from otel_mcp_replay.settings import MIN_RATIO, Settings
 from otel_mcp_replay.telemetry import DeclinedReason
 
 BACKOFF_BASE_MS: Final = 200

@@ -22,8 +22,9 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.declaration import LABEL, ORIGIN, Policy
-from otel_mcp_replay.telemetry import CallVerdict, Effect
+from otel_mcp_replay.declaration import LABEL
+from otel_mcp_replay.endpoints import ORIGIN
+from otel_mcp_replay.telemetry import CallVerdict, Effect, Policy
 
 # OTLP carries int64: a larger int would fail the export of the whole batch, not just this record.
 _INT64_MAX: Final = 2**63 - 1

@@ -23,8 +23,11 @@ from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
 from opentelemetry.trace import Tracer
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.declaration import NO_SERVERS, Declaration, Servers, Settings, origin_of
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.endpoints import NO_SERVERS, Servers, origin_of
+from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.settings import Settings
 
 logger = logging.getLogger("otel_mcp_replay")
 
@@ -70,10 +73,16 @@ class Runtime:
     logger: logging.Logger = logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
-    # Clients the SSE transport built: their GET stream carries the answers to their POSTs.
-    sse_clients: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
-    # Tool calls awaiting an answer on an SSE client's GET stream, by (client, JSON-RPC id).
+    # Legacy-SSE connections by HTTP client, then by the message endpoint URL their stream announced.
+    sse_streams: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # Tool calls awaiting an answer on an SSE stream, by (id of the stream, JSON-RPC id).
     sse_waiting: dict[tuple[int, object], Any] = field(default_factory=dict)
+    # Sessions seen speaking streamable HTTP: no call of theirs needs ending by the plugin.
+    streamable_sessions: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    # The repeat guard; None when its window is 0.
+    guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files
     # its record under the same policy and endpoint. Weak: a session gone is forgotten.
     session_endpoints: weakref.WeakKeyDictionary[object, tuple[Declaration, str]] = field(

@@ -73,12 +73,17 @@ def _check_max_wait_ms(value: object, path: str) -> int:
     return _check_int(value, path, 0)
 
 
+def _check_repeat_guard_s(value: object, path: str) -> int:
+    return _check_int(value, path, 0)
+
+
 # The one check of each setting, by field name.
 _CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
     "max_attempts": _check_max_attempts,
     "max_wait_ms": _check_max_wait_ms,
     "retry_on_throttle": _check_bool,
     "retry_budget": check_retry_budget,
+    "repeat_guard_s": _check_repeat_guard_s,
 }
 
 
@@ -90,6 +95,7 @@ class Settings:
     max_wait_ms: int = 10000  # cap on total waiting in one call
     retry_on_throttle: bool = True  # False turns off the compatibility rule for 429
     retry_budget: tuple[int, float] | None = (100, 0.1)  # (tokens, ratio) per endpoint, or None: off
+    repeat_guard_s: int = 600  # how long the repeat guard remembers a call that may have run; 0: off
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
@@ -161,6 +167,7 @@ _TEXT_FORMS: Final[Mapping[str, Callable[[str, str], object]]] = {
     "max_wait_ms": _whole_number,
     "retry_on_throttle": _yes_or_no,
     "retry_budget": retry_budget_of,
+    "repeat_guard_s": _whole_number,
 }
 
 

@@ -86,7 +86,7 @@ ATTEMPT_SPAN_KEYS: Final = (
     DECLINED,
     WAIT_MS,
 )
-CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY, ERROR_TYPE)
+CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY, ERROR_TYPE, DECLINED)
 
 # The words each key may hold: each a type mypy checks at every use, and its tuple for run time.
 TOOLS_CALL_METHOD: Final = "tools/call"  # the method whose requests are tool calls
@@ -98,6 +98,7 @@ PermissionBy = Literal["app", "compatibility", "adapter"]
 AttemptPermission = Literal["first", "app", "compatibility", "adapter"]
 Assumption = Literal["refused-before-execution"]
 DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key", "budget"]
+CallDeclinedReason = Literal["repeat-of-unknown"]  # on the call span: the repeat guard refused it
 CallVerdict = Literal["completed", "tool-error", "failed"]
 Adapter = Literal["agentcore-runtime"]
 
@@ -109,6 +110,7 @@ PERMISSIONS_BY: Final[tuple[PermissionBy, ...]] = get_args(PermissionBy)
 ATTEMPT_PERMISSIONS: Final[tuple[AttemptPermission, ...]] = get_args(AttemptPermission)
 ASSUMPTIONS: Final[tuple[Assumption, ...]] = get_args(Assumption)
 DECLINED_REASONS: Final[tuple[DeclinedReason, ...]] = get_args(DeclinedReason)
+CALL_DECLINED_REASONS: Final[tuple[CallDeclinedReason, ...]] = get_args(CallDeclinedReason)
 VERDICTS: Final[tuple[CallVerdict, ...]] = get_args(CallVerdict)
 ADAPTERS: Final[tuple[Adapter, ...]] = get_args(Adapter)
 

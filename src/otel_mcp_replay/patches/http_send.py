@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+from urllib.parse import urljoin
 
 import anyio
 from opentelemetry import context as otel_context
@@ -23,7 +24,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.errors import ReplayUnavailableError
+from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
@@ -77,23 +78,27 @@ async def send(
     if not isinstance(request, http.module.Request) or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
     if request.method != "POST":
-        if request.method == "GET" and instance in rt.sse_clients:
-            return _watch_sse_get(rt, http, instance, await wrapped(*args, **kwargs))
+        if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
+            return _watch_event_stream(rt, http, instance, request, await wrapped(*args, **kwargs))
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
-    sse = bool(rt.sse_clients) and instance in rt.sse_clients
+    url = str(request.url)
+    # A message POST of a legacy-SSE connection: to the endpoint its GET stream announced.
+    sse = rt.sse_streams.get(instance, {}).get(url) if rt.sse_streams else None
     accept, content_type = _accept_and_content_type(request.headers)
     # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
     streamable = b"text/event-stream" in accept and b"application/json" in accept
-    if call is None and not sse and not streamable:
+    if call is None and sse is None and not streamable:
         return await wrapped(*args, **kwargs)
+    if call is not None and call.attempt is not None and call.attempt.state == "redirected":
+        await request.aread()  # the next hop of a followed redirect: the same body, as a stream
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
     rest = dict(kwargs)
     rest.pop("request", None)
-    url = str(request.url)
-    declaration = rt.servers.resolve(url)
+    # The legacy SSE transport's calls are declared under the URL the app connected to.
+    declaration = sse.declaration if sse is not None else rt.servers.resolve(url)
 
     async def exchange_once() -> Any:
         return await wrapped(request, *args[1:], **rest)
@@ -107,7 +112,7 @@ async def send(
         # A tools/call outside call_tool (send_request, or a call begun before instrument()):
         # the law still holds for it, with nothing recorded.
         target = target_of(body, declaration)
-    if not (sse or streamable):
+    if sse is None and not streamable:
         return await exchange_once()
     last: list[Any] = []  # the latest response: released before the next attempt is sent
 
@@ -172,20 +177,30 @@ async def _tool_series(
     body: dict[str, Any],
     declaration: Declaration,
     exchange_once: Callable[[], Awaitable[Any]],
-    sse: bool,
+    sse: SseStream | None,
     streamable: bool,
 ) -> Any:
-    if call.declaration is None:
-        call.bind(body["id"], declaration, declaration.label or rt.origin(url))
-    if declaration.policy == "app-authorized" and not (sse or streamable):
-        # Answers on this connection cannot be matched to requests: refuse before sending.
-        call.stop(ReplayUnavailableError(call.tool))
-        return _synthetic_error(http, request, body["id"], "replay unavailable")
-    key = (id(client), body["id"])
-    if sse:
+    if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
+        declaration = rt.servers.strictest_on_origin(url)
+    target = target_of(body, declaration)
+    if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
+        call.bind(
+            body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
+        )
+        if streamable and sse is None and call.session is not None:
+            rt.streamable_sessions.add(call.session)  # its next calls need no scope (patches/session)
+        refusal = _refusal(rt, call, url, body, declaration, target, sse is not None or streamable)
+        if refusal is not None:
+            call.stop(
+                refusal, declined="repeat-of-unknown" if isinstance(refusal, RepeatRefusedError) else None
+            )
+            if streamable:  # the SDK resolves this one request with it; the call seam raises `refusal`
+                return _synthetic_error(http, request, body["id"], "not sent")
+            return http.module.Response(202, request=request)  # nothing sent; the call's scope ends it
+    key = (id(sse), body["id"])
+    if sse is not None:
         rt.sse_waiting[key] = call
         call.when_ended(lambda: rt.sse_waiting.pop(key, None))
-    watch_body = streamable and not sse  # a body this transport's SDK code reads as the answer
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
     last: list[Any] = [None, None]
 
@@ -198,7 +213,7 @@ async def _tool_series(
         token = otel_context.attach(attempt_context) if attempt_context is not None else None
         try:
             outcome, last[0], last[1] = await _tool_exchange(
-                http, exchange_once, attempt, declaration, watch_body
+                http, exchange_once, attempt, declaration, watch_body=streamable and sse is None
             )
         except BaseException:  # the caller gave up (or the client failed) mid-exchange
             attempt.abandon()
@@ -206,16 +221,19 @@ async def _tool_series(
         finally:
             if token is not None:
                 otel_context.detach(token)
+        if 300 <= outcome.status < 400 and _followed(last[0], request):
+            attempt.redirected(outcome.status)
+            return outcome
+        if attempt.early is not None and outcome.status == 0 and outcome.effect == "unknown":
+            # The answer came on the SSE stream before the POST's failure was told: it is the answer.
+            outcome = outcome.after_stream(attempt.early)
+            last[0], last[1] = http.module.Response(202, request=request), None
         attempt.exchanged(outcome, last[1])
         return outcome
 
     try:
         final = await run_series(
-            _policy(rt, declaration, target_of(body, declaration), url),
-            rt.rng,
-            exchange,
-            call.wait_unless_abandoned,
-            call,
+            _policy(rt, declaration, target, url), rt.rng, exchange, call.wait_unless_abandoned, call
         )
     except BaseException:
         rt.sse_waiting.pop(key, None)
@@ -224,13 +242,49 @@ async def _tool_series(
     if final.status == 0 and error is not None and declaration.policy == "app-authorized":
         # Fail this call, not the session: the SDK would tear the whole transport down.
         rt.sse_waiting.pop(key, None)
-        if sse:  # the SDK would wait for an answer on the GET stream forever: end the call now
+        if sse is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
             call.stop(error)
             return http.module.Response(202, request=request)
         return _synthetic_error(http, request, body["id"], "no response")
+    if sse is not None and response is not None and not 200 <= response.status_code < 300:
+        # The SDK's SSE writer would die on it, taking the session along, and the call would wait out
+        # its timeout: end this call now with the server's refusal, as streamable HTTP does.
+        rt.sse_waiting.pop(key, None)
+        await response.aclose()
+        call.stop(RefusedError(response.status_code))
+        return http.module.Response(202, request=request)
     if response is None:
         raise error
     return response
+
+
+def _refusal(
+    rt: Runtime,
+    call: ToolCall,
+    url: str,
+    body: dict[str, Any],
+    declaration: Declaration,
+    target: Target,
+    matched: bool,
+) -> Exception | None:
+    """Why this call must not be sent at all, if it must not."""
+    if declaration.policy == "app-authorized" and not matched:
+        return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
+    entry = declaration.tools.get(target.tool) if target.tool else None
+    if rt.guard is None or entry is None or not entry.changes or target.key_carried:
+        return None
+    params = body.get("params")
+    arguments = params.get("arguments") if type(params) is dict else None
+    call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, arguments)
+    if call.fingerprint is not None and rt.guard.refuses(call.fingerprint):
+        return RepeatRefusedError(call.tool)
+    return None
+
+
+def _followed(response: Any, request: Any) -> bool:
+    """A redirect the client follows with the same request (307/308): the next hop is this attempt."""
+    next_request = getattr(response, "next_request", None)
+    return next_request is not None and next_request.method == request.method
 
 
 async def _tool_exchange(
@@ -238,6 +292,7 @@ async def _tool_exchange(
     exchange_once: Callable[[], Awaitable[Any]],
     attempt: Attempt,
     declaration: Declaration,
+    *,
     watch_body: bool,
 ) -> tuple[Outcome, Any, BaseException | None]:
     """One attempt: what it came to, the response it got (None: none), and its transport error."""
@@ -328,20 +383,45 @@ def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: st
 # -- the SSE transport's GET stream: where its answers arrive --
 
 
-def _watch_sse_get(rt: Runtime, http: HttpClient, client: Any, response: Any) -> Any:
-    client_id = id(client)
-    waiting = rt.sse_waiting
+@dataclass(eq=False)
+class SseStream:
+    """One legacy-SSE connection: its GET stream carries the answers to the calls POSTed to the
+    message endpoint it announced, and the declaration of its URL governs them."""
+
+    declaration: Declaration
+    endpoint: str  # the declared label, else the origin of the URL the app connected to
+
+
+def _watch_event_stream(rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any) -> Any:
+    """A GET event stream: if it announces a message endpoint (the legacy SSE transport), POSTs to
+    that endpoint are its calls, and their answers are watched for on it."""
+    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+    if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
+        return response
+    get_url = str(request.url)
+    declaration = rt.servers.resolve(get_url)
+    stream = SseStream(declaration, declaration.label or rt.origin(get_url))
+    stream_id, waiting = id(stream), rt.sse_waiting
+
+    def on_endpoint(path: str) -> None:
+        try:
+            post_url = str(http.module.URL(urljoin(get_url, path)))
+        except Exception:  # not a URL: nothing will be POSTed there that we could know
+            return
+        rt.sse_streams.setdefault(client, {})[post_url] = stream
 
     def on_answer(request_id: object, kind: Answer) -> None:
-        call = waiting.pop((client_id, request_id), None)
+        call = waiting.pop((stream_id, request_id), None)
         if call is not None:
             call.answered(kind)
 
     def on_end(error: BaseException | None) -> None:
-        for key in [key for key in waiting if key[0] == client_id]:
+        for key in [key for key in waiting if key[0] == stream_id]:
             waiting.pop(key).stream_ended()
+        posts = rt.sse_streams.get(client)
+        if posts is not None:
+            for post_url in [u for u, s in posts.items() if s is stream]:
+                del posts[post_url]
 
-    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
-    if event_stream and isinstance(response.stream, http.module.AsyncByteStream):
-        response.stream = http.watch(response.stream, on_answer, on_end)
+    response.stream = http.watch(response.stream, on_answer, on_end, on_endpoint)
     return response

@@ -33,10 +33,10 @@ async def call_tool(
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(call.context)
     try:
-        if rt.sse_clients:
-            result = await _stoppable(call, wrapped, args, kwargs)
-        else:  # no SSE client exists, so no POST of this call can need stopping it (see below)
+        if instance in rt.streamable_sessions:  # no call of this session can need stopping
             result = await wrapped(*args, **kwargs)
+        else:
+            result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
         seen = call.failed(exc)
         if seen is None:
@@ -52,10 +52,10 @@ async def call_tool(
 async def _stoppable(
     call: ToolCall, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """The SDK's call in a scope the HTTP seam can cancel (`ToolCall.stop`): on the SSE transport
-    the SDK would wait for an answer that will never come. Only a client sse_client built takes
-    that path, and it exists before any call on its session begins, so a call made while there is
-    none needs no scope (one costs about a tenth of the plugin's own work per call)."""
+    """The SDK's call in a scope the HTTP seam can cancel (`ToolCall.stop`): on the legacy SSE
+    transport, or a connection the plugin cannot match answers on, the SDK would wait for an answer
+    that will never come. A session once seen speaking streamable HTTP, where the SDK resolves a
+    failed request itself, needs no scope (one costs about a tenth of the plugin's own work per call)."""
     with anyio.CancelScope() as scope:
         call.scope = scope
         result = await wrapped(*args, **kwargs)
