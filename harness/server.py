@@ -1,8 +1,9 @@
 """Run a real MCP server with known tools, server-side counters and injected faults on loopback.
 
-`build_server` makes the SDK's own `MCPServer` with the demo tools; `running_server` serves it under
-uvicorn on 127.0.0.1 (an ephemeral port) in a background thread, wrapped by the fault injector, and
-stops it on exit. `Counters` is the ground truth tests assert on: a tool execution is counted when
+`build_server` makes the SDK's own server with the demo tools (`MCPServer` on mcp 2.x, `FastMCP`
+on 1.x: harness/sdk.py picks the installed line); `running_server` serves it under uvicorn on
+127.0.0.1 (an ephemeral port) in a background thread, wrapped by the fault injector, and stops it
+on exit. `Counters` is the ground truth tests assert on: a tool execution is counted when
 its body runs, a POST when the server receives it, whatever fault follows.
 """
 
@@ -21,10 +22,7 @@ from typing import Any, Literal
 
 import anyio
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
 from starlette.types import ASGIApp
 
 from harness.faults import (
@@ -34,6 +32,7 @@ from harness.faults import (
     PostRecord,
     abortable_h11_protocol,
 )
+from harness.sdk import Context, MCPServer, ToolError, build_sse_app, build_streamable_app, tool_annotations
 
 AppKind = Literal["streamable", "streamable-json", "sse"]
 APP_KINDS: tuple[AppKind, ...] = ("streamable", "streamable-json", "sse")
@@ -181,14 +180,14 @@ def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-
     def executed(tool: str, ctx: Context) -> None:
         c.record_execution(tool, ctx.request_id, _session_id(ctx))
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @server.tool(annotations=tool_annotations(readOnlyHint=True, idempotentHint=True))
     async def search(query: str, ctx: Context) -> str:
         """Search the catalogue (read-only)."""
         executed("search", ctx)
         return f"3 results for {query!r}"
 
     @server.tool(
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
+        annotations=tool_annotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False)
     )
     async def charge(amount: int, ctx: Context, idempotency_key: str | None = None) -> str:
         """Charge the customer. The same non-empty idempotency_key never charges twice."""
@@ -204,20 +203,20 @@ def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-
             c.record_deduplicated("charge")
         return result
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=False))
+    @server.tool(annotations=tool_annotations(readOnlyHint=False, idempotentHint=False))
     async def send_email(to: str, body: str, ctx: Context) -> str:
         """Send an email (changes; no deduplication)."""
         executed("send_email", ctx)
         return f"sent {len(body)} characters to {to}"
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(annotations=tool_annotations(readOnlyHint=True))
     async def slow(seconds: float, ctx: Context) -> str:
         """Sleep `seconds`, then answer."""
         executed("slow", ctx)
         await anyio.sleep(max(0.0, seconds))
         return f"slept {seconds}s"
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(annotations=tool_annotations(readOnlyHint=True))
     async def fail(ctx: Context) -> str:
         """Always answer a tool error (isError: true), never a JSON-RPC error."""
         executed("fail", ctx)
@@ -249,13 +248,12 @@ def _loopback_security() -> TransportSecuritySettings:
 def build_app(server: MCPServer, app_kind: AppKind, *, stateless: bool = False) -> tuple[ASGIApp, str]:
     """The ASGI app for `app_kind` and the endpoint path a client connects to."""
     if app_kind == "sse":
-        return server.sse_app(transport_security=_loopback_security()), "/sse"
-    app = server.streamable_http_app(
-        json_response=app_kind == "streamable-json",
-        stateless_http=stateless,
-        transport_security=_loopback_security(),
-    )
-    return app, "/mcp"
+        return build_sse_app(server, security=_loopback_security()), "/sse"
+    json_response = app_kind == "streamable-json"
+    security = _loopback_security()
+    return build_streamable_app(
+        server, json_response=json_response, stateless=stateless, security=security
+    ), "/mcp"
 
 
 @dataclass
@@ -312,7 +310,8 @@ def running_server(
     Use it as `with running_server(...) as handle:` (stopped when the block ends), or call
     `handle.stop()` yourself. `app_kind`: "streamable" (SSE-framed answers), "streamable-json" (JSON
     answers) or "sse" (the legacy SSE transport). `stateless=True` serves streamable HTTP without
-    session ids. The streamable apps serve both legacy (session) and 2026-07-28 clients.
+    session ids. On mcp 2.x the streamable apps serve both legacy (session) and 2026-07-28 clients;
+    on 1.x, protocol versions up to 2025-11-25, always with session ids unless stateless.
     """
     if app_kind not in APP_KINDS:
         raise ValueError(f"app_kind must be one of {APP_KINDS}")
