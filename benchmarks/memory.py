@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, rss_kib, section_main, server_process
-from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter, record
+from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
 from otel_mcp_replay import runtime as replay_runtime
 from otel_mcp_replay.call import Attempt, ToolCall
 from otel_mcp_replay.policy import ENDPOINTS_KEPT
@@ -107,7 +107,7 @@ async def _run(quick: bool) -> Section:
     section.add("spans exported (redacted, dropped by the exporter)", f"{exporter.spans:,}")
     tracer_provider.shutdown()
     gc.collect()
-    vouched = len(record._VOUCHED)  # private: read here only to check that it empties
+    vouched = len(replay_runtime.PROCESS.vouches)
     section.add("records vouched for, still held once the spans are gone", str(vouched), "0", vouched == 0)
     return section
 

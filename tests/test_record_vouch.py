@@ -18,14 +18,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.test_redaction import full_record
 
-from otel_mcp_replay import record as record_module
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call import file_record
-from otel_mcp_replay.record import vouch, vouched_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 from otel_mcp_replay.redaction import rules as redaction_module
+from otel_mcp_replay.runtime import PROCESS
 
 pytestmark = pytest.mark.anyio
+vouch, vouched_record = PROCESS.vouches.vouch, PROCESS.vouches.record
 
 
 def a_record(rows: int = 100) -> dict[str, Any]:
@@ -125,11 +125,11 @@ def test_only_the_very_object_vouched_for_is_trusted() -> None:
     assert vouched_record(twin) is None
     assert vouched_record(dict(built)) is None
     # An id that names another object now (its first holder gone) is not trusted.
-    record_module._VOUCHED[id(twin)] = record_module._VOUCHED[id(stored)]
+    PROCESS.vouches._by_id[id(twin)] = PROCESS.vouches._by_id[id(stored)]
     try:
         assert vouched_record(twin) is None
     finally:
-        del record_module._VOUCHED[id(twin)]
+        del PROCESS.vouches._by_id[id(twin)]
 
 
 def test_vouch_refuses_anything_but_exactly_the_built_record_in_the_sdks_own_mapping() -> None:
@@ -141,13 +141,13 @@ def test_vouch_refuses_anything_but_exactly_the_built_record_in_the_sdks_own_map
 
 
 def test_a_vouch_is_forgotten_when_its_record_dies() -> None:
-    before = len(record_module._VOUCHED)
+    before = len(PROCESS.vouches._by_id)
     stored = BoundedAttributes(attributes=a_record(3), immutable=True)
     assert vouch(stored, a_record(3))
-    assert len(record_module._VOUCHED) == before + 1
+    assert len(PROCESS.vouches._by_id) == before + 1
     del stored
     gc.collect()
-    assert len(record_module._VOUCHED) == before
+    assert len(PROCESS.vouches._by_id) == before
 
 
 def test_the_sdk_stores_event_attributes_immutable() -> None:
@@ -164,13 +164,13 @@ def test_the_sdk_stores_event_attributes_immutable() -> None:
 
 
 def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(record_module, "_vouching", False)
+    monkeypatch.setattr(PROCESS.vouches, "active", False)
     span = TracerProvider().get_tracer("t").start_span("s")
     file_record(span, a_record(1))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())
-    assert record_module.is_vouching()
+    assert PROCESS.vouches.active
 
 
 async def test_a_real_call_files_a_vouched_record(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:

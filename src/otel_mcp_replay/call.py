@@ -32,8 +32,8 @@ from otel_mcp_replay.law import (
     SeriesKnowledge,
     classify,
 )
-from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record, is_vouching, vouch
-from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
+from otel_mcp_replay.runtime import PROCESS, Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
@@ -417,9 +417,10 @@ class ToolCall:
 
 
 def file_record(span: Span, record: dict[str, Any]) -> None:
-    """Add build_record's `record` to the call's span, vouched for as stored (see record.vouch)."""
+    """Add build_record's `record` to the call's span, vouched for as stored (runtime.Vouches)."""
     span.add_event(t.RECORD_EVENT, record)
-    if is_vouching():
+    vouches = PROCESS.vouches
+    if vouches.active:
         events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
         if events:
-            vouch(events[-1].attributes, record)
+            vouches.vouch(events[-1].attributes, record)

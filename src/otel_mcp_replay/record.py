@@ -11,8 +11,7 @@ built-in types are accepted, so no method a filing carries ever runs.
 from __future__ import annotations
 
 import struct
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from gc import get_referents as _referents
 from itertools import repeat
 from operator import countOf, is_
@@ -261,54 +260,6 @@ def _read(raw: object) -> dict[str, AttributeValue]:
         policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
     )
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
-
-
-# -- records this library filed ------------------------------------------------------------------
-# build_record's record passed the allow-list at build (it ends in _read). Once the SDK has stored it
-# on an event, in a BoundedAttributes it made immutable, it cannot change: the redaction may read it
-# back without checking its cells again (a full record's 500 cells cost more than the rest of a
-# span's redaction). Only the very object vouched for is trusted: the weak reference proves that the
-# id still names it. Any other record, whoever wrote it, is checked whole.
-_VOUCHED: Final[dict[int, weakref.ReferenceType[BoundedAttributes]]] = {}
-_vouching = False
-
-
-def start_vouching() -> None:
-    """Vouch for records from now on: called when a redaction wrapper is built (with no redaction
-    in the process, nobody reads a vouch, so filing a record does not pay for one)."""
-    global _vouching
-    _vouching = True
-
-
-def is_vouching() -> bool:
-    return _vouching
-
-
-def vouch(stored: object, built: Mapping[str, object]) -> bool:
-    """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when it
-    holds exactly `built` (the SDK cuts values past its length limit and drops keys past its count
-    limit: such a record is left to the whole check, which refuses it).
-
-    For calls.file_record only, right after it added `built` to the call's span: `built` must be
-    what build_record returned, unchanged.
-    """
-    if type(stored) is not BoundedAttributes or stored.copy() != built:
-        return False  # exact built-in values on both sides: the comparison runs no filer code
-    key = id(stored)
-
-    def forget(_ref: weakref.ReferenceType[BoundedAttributes]) -> None:
-        _VOUCHED.pop(key, None)  # runs when `stored` dies, before its id can name anything else
-
-    _VOUCHED[key] = weakref.ref(stored, forget)
-    return True
-
-
-def vouched_record(raw: object) -> dict[str, AttributeValue] | None:
-    """A fresh copy of `raw` when it is a record this library vouched for, else None."""
-    ref = _VOUCHED.get(id(raw))
-    if ref is None or ref() is not raw:
-        return None
-    return cast("BoundedAttributes", raw).copy()  # type: ignore[return-value]
 
 
 def build_record(

@@ -15,12 +15,14 @@ import functools
 import logging
 import random
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
 from opentelemetry.trace import Tracer
+from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
@@ -90,13 +92,59 @@ class Runtime:
     )
 
 
-class Process:
-    """What the redaction wrappers need of the instrumentor, when there is one."""
+class Vouches:
+    """The records this library filed, as the SDK stored them.
 
-    __slots__ = ("_refused", "runtime")
+    build_record's record passed the allow-list at build. Once the SDK has stored it on an event,
+    in a BoundedAttributes it made immutable, it cannot change: the redaction may read it back
+    without checking its cells again (a full record's 500 cells cost more than the rest of a span's
+    redaction). Only the very object vouched for is trusted: the weak reference proves that the id
+    still names it. Any other record, whoever wrote it, is checked whole.
+    """
+
+    __slots__ = ("_by_id", "active")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, weakref.ReferenceType[BoundedAttributes]] = {}
+        # Vouching starts when a redaction wrapper is built: with no redaction in the process,
+        # nobody reads a vouch, so filing a record does not pay for one.
+        self.active = False
+
+    def vouch(self, stored: object, built: Mapping[str, object]) -> bool:
+        """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when
+        it holds exactly `built` (the SDK cuts values past its length limit and drops keys past its
+        count limit: such a record is left to the whole check, which refuses it). For
+        call.file_record only, right after it added `built`, unchanged, to the call's span."""
+        if type(stored) is not BoundedAttributes or stored.copy() != built:
+            return False  # exact built-in values on both sides: the comparison runs no filer code
+        key, by_id = id(stored), self._by_id
+
+        def forget(_ref: weakref.ReferenceType[BoundedAttributes]) -> None:
+            by_id.pop(key, None)  # runs when `stored` dies, before its id can name anything else
+
+        by_id[key] = weakref.ref(stored, forget)
+        return True
+
+    def record(self, raw: object) -> dict[str, AttributeValue] | None:
+        """A fresh copy of `raw` when it is a record this library vouched for, else None."""
+        ref = self._by_id.get(id(raw))
+        if ref is None or ref() is not raw:
+            return None
+        return cast("BoundedAttributes", raw).copy()  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+class Process:
+    """What must be one per process: the records vouched for, and what the redaction wrappers
+    (which run without the instrumentor) need of it, when there is one."""
+
+    __slots__ = ("_refused", "runtime", "vouches")
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
+        self.vouches = Vouches()
         self._refused: Counter | None = None
 
     def count_refused(self) -> None:

@@ -31,12 +31,13 @@ from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import Attributes
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.record import validate_record, vouched_record
+from otel_mcp_replay.record import validate_record
 from otel_mcp_replay.redaction import keys
 from otel_mcp_replay.redaction.config import Settings
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
 from otel_mcp_replay.redaction.text import MASK, TextRules
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
+from otel_mcp_replay.runtime import PROCESS
 
 _logger = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class RedactionRules:
             return _refused(event)
         attributes = event.attributes
         # A record this library filed was checked at build and cannot have changed since.
-        accepted = vouched_record(attributes)
+        accepted = PROCESS.vouches.record(attributes)
         changed = False
         if accepted is None:
             accepted = validate_record(attributes)

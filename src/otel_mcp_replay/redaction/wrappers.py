@@ -14,9 +14,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_mcp_replay.record import start_vouching
 from otel_mcp_replay.redaction.rules import RedactionRules
-from otel_mcp_replay.runtime import count_refused
+from otel_mcp_replay.runtime import PROCESS, count_refused
 
 _logger = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class _Wrapper:
         on_refused: Callable[[], None] | None,
     ) -> None:
         self._inner = inner
-        start_vouching()  # from now on the records this library files are vouched for
+        PROCESS.vouches.active = True  # from now on the records this library files are vouched for
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
         # None: the mcp.client.replay.records.refused counter.
