@@ -57,6 +57,7 @@ class Attempt:
         "number",
         "outcome",
         "permission",
+        "repeated",
         "span",
         "state",
         "wait_ms",
@@ -74,6 +75,7 @@ class Attempt:
         self.declined: DeclinedReason | None = None
         self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
         self.hop_status = 0  # the redirect the client is following, while REDIRECTED
+        self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
 
     # -- transitions --
 
@@ -103,6 +105,7 @@ class Attempt:
         if self.state != "exchanged":
             return
         self.wait_ms, self.declined = wait_ms, declined
+        self.repeated = self.outcome.failure is not None and declined is None
         if not self.repeated and self.outcome.status:  # the attempt the SDK was handed
             self.call.facts.delivered_status(self.outcome.status)
         if self.outcome.effect is not None:
@@ -143,11 +146,6 @@ class Attempt:
             self.decided(0, "budget")
         elif self.state == "awaiting":
             self.stream_ended(None)
-
-    @property
-    def repeated(self) -> bool:
-        """A repeat followed this attempt (its wait is written, even when 0)."""
-        return self.outcome.failure is not None and self.declined is None
 
     def _done(self) -> None:
         self.state = "done"
@@ -194,6 +192,21 @@ class Attempt:
 class ToolCall:
     """One `call_tool`: its span, the request it sent, its attempts, and how it ends."""
 
+    # What most calls never change starts as a class attribute (one store fewer per call each).
+    # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under:
+    request_id: object = None
+    declaration: Declaration | None = None
+    endpoint = "unknown"  # the declared label, else the origin: never a path
+    attempt: Attempt | None = None  # the open one
+    attempts = 0
+    final_error: BaseException | None = None  # the transport error of the last unanswered attempt
+    abandoned = False
+    _abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
+    scope: anyio.CancelScope | None = None  # set while the seam can stop the call
+    stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
+    fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
+    _releases: list[Callable[[], object]] | None = None
+
     def __init__(self, runtime: Runtime, tool: str, session: object) -> None:
         self.runtime = runtime
         self.tool = tool
@@ -204,38 +217,25 @@ class ToolCall:
             attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool},
         )
         self.context: Context = trace.set_span_in_context(self.span)
-        # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under.
-        self.request_id: object = None
-        self.declaration: Declaration | None = None
-        self.endpoint = "unknown"  # the declared label, else the origin: never a path
         self.facts = RequestFacts()
         self.knowledge = SeriesKnowledge()
         self.rows: list[AttemptRow] = []
-        self.attempt: Attempt | None = None  # the open one
-        self.attempts = 0
-        self.final_error: BaseException | None = None  # the transport error of the last unanswered
-        self.abandoned = False
-        self._abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
-        self.scope: anyio.CancelScope | None = None  # set while the seam can stop the call (SSE)
-        self.stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
-        self.fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without key
-        self._releases: list[Callable[[], object]] = []
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
-        self.facts = RequestFacts(app_authorized=declaration.policy == "app-authorized")
+        self.facts.app_authorized = declaration.policy == "app-authorized"
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
 
     # -- the series' log --
 
-    def opened(self, permission: Permission | None) -> None:
+    def opened(self, permission: Permission | None) -> Attempt:
         attempt = self.attempt
         if permission is None and attempt is not None and attempt.state == "redirected":
             attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
-            return
+            return attempt
         self.attempts += 1
         number = self.attempts  # a redirect's follow-up continues the numbering
         attributes: dict[str, str | int] = {
@@ -258,10 +258,7 @@ class ToolCall:
             attributes=attributes,
         )
         self.attempt = Attempt(self, number, permission, span)
-
-    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
-        if self.attempt is not None:
-            self.attempt.decided(wait_ms, declined)
+        return self.attempt
 
     def attempt_context(self) -> Context | None:
         """The context that makes the open attempt's span the parent of the HTTP client's span."""
@@ -284,6 +281,8 @@ class ToolCall:
 
     def when_ended(self, release: Callable[[], object]) -> None:
         """Run `release` when the call ends (what a seam holds for it only while it runs)."""
+        if self._releases is None:
+            self._releases = []
         self._releases.append(release)
 
     def abandon(self) -> None:
@@ -291,9 +290,10 @@ class ToolCall:
         self.abandoned = True
         if self._abandoned_event is not None:
             self._abandoned_event.set()
-        releases, self._releases = self._releases, []
-        for release in releases:
-            release()
+        releases, self._releases = self._releases, None
+        if releases is not None:
+            for release in releases:
+                release()
 
     async def wait_unless_abandoned(self, delay_ms: int) -> bool:
         """Sleep `delay_ms`; False (at once) when the call is abandoned first, or already was."""

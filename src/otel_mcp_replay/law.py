@@ -322,17 +322,17 @@ class RequestFacts:
 
     __slots__ = (
         "_answered",
-        "_app_authorized",
         "_delivered",
         "_may_have_run",
         "_sent",
         "_unanswered",
         "_verdict",
+        "app_authorized",
     )
 
     def __init__(self, *, app_authorized: bool = False) -> None:
         self._sent = 0
-        self._app_authorized = app_authorized
+        self.app_authorized = app_authorized  # the series runs under that policy
         self._unanswered = False
         self._delivered: int | None = None
         self._answered = False
@@ -379,7 +379,7 @@ class RequestFacts:
         response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
         A chain of received refusals and errors is an answer throughout: it keeps the server's error.
         """
-        return self._app_authorized and (self._unanswered or self.accepted_without_answer)
+        return self.app_authorized and (self._unanswered or self.accepted_without_answer)
 
     @property
     def verdict(self) -> CallVerdict | None:

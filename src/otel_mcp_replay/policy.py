@@ -177,20 +177,24 @@ class ReplayPolicy(NamedTuple):
         return None if self.waited_ms + wait > self.settings.max_wait_ms else wait
 
 
-class AttemptLog(Protocol):
-    """Where the loop says what it decided of each attempt (the tool call's attempts; nothing for a
-    protocol request)."""
-
-    def opened(self, permission: Permission | None) -> None: ...
+class Decided(Protocol):
+    """One attempt, told what the loop decided of it."""
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None: ...
+
+
+class AttemptLog(Protocol):
+    """Where the loop opens each attempt (the tool call's attempts; nothing for a protocol
+    request's), and is handed the attempt to tell what it decided."""
+
+    def opened(self, permission: Permission | None) -> Decided: ...
 
 
 class NoLog:
     """A protocol request's series: it files nothing."""
 
-    def opened(self, permission: Permission | None) -> None:
-        pass
+    def opened(self, permission: Permission | None) -> NoLog:
+        return self
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
         pass
@@ -210,14 +214,14 @@ async def run_series(
     """
     permission: Permission | None = None
     while True:
-        log.opened(permission)
+        attempt = log.opened(permission)
         outcome = await exchange()
         decision, policy = policy.after(outcome, rng)
         if not isinstance(decision, Wait):
-            log.decided(0, None if decision is None else decision.reason)
+            attempt.decided(0, None if decision is None else decision.reason)
             return outcome
         if not await wait(decision.ms):
-            log.decided(0, BUDGET.reason)
+            attempt.decided(0, BUDGET.reason)
             return outcome
-        log.decided(decision.ms, None)
+        attempt.decided(decision.ms, None)
         permission = decision.permission

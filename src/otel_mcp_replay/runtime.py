@@ -81,8 +81,9 @@ class Runtime:
     )
     # Tool calls awaiting an answer on an SSE stream, by (id of the stream, JSON-RPC id).
     sse_waiting: dict[tuple[int, object], Any] = field(default_factory=dict)
-    # Sessions seen speaking streamable HTTP: no call of theirs needs ending by the plugin.
-    streamable_sessions: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    # Ids of live sessions seen speaking streamable HTTP: no call of theirs needs ending by the
+    # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
+    streamable_sessions: set[int] = field(default_factory=set)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files
@@ -134,6 +135,14 @@ class Vouches:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+def seen_streamable(rt: Runtime, session: object) -> None:
+    """`session` speaks streamable HTTP: remembered while it lives."""
+    key = id(session)
+    if key not in rt.streamable_sessions:
+        rt.streamable_sessions.add(key)
+        weakref.finalize(session, rt.streamable_sessions.discard, key)
 
 
 class Process:

@@ -38,7 +38,7 @@ from otel_mcp_replay.law import (
 )
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
-from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.runtime import Runtime, seen_streamable
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 _MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
@@ -187,18 +187,23 @@ async def _tool_series(
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
         )
-        if streamable and sse is None and call.session is not None:
-            rt.streamable_sessions.add(call.session)  # its next calls need no scope (patches/session)
-        refusal = _refusal(rt, call, url, body, declaration, target, sse is not None or streamable)
-        if refusal is not None:
-            call.stop(
-                refusal, declined="repeat-of-unknown" if isinstance(refusal, RepeatRefusedError) else None
-            )
-            if streamable:  # the SDK resolves this one request with it; the call seam raises `refusal`
-                return _synthetic_error(http, request, body["id"], "not sent")
-            return http.module.Response(202, request=request)  # nothing sent; the call's scope ends it
-    key = (id(sse), body["id"])
+        if streamable and sse is None and call.scope is not None and call.session is not None:
+            seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
+        matched = sse is not None or streamable
+        entry = declaration.tools.get(target.tool) if target.tool else None
+        if (declaration.policy == "app-authorized" and not matched) or (
+            entry is not None and entry.changes and not target.key_carried and rt.guard is not None
+        ):
+            refusal = _refusal(rt, call, url, body, matched)
+            if refusal is not None:
+                repeat = isinstance(refusal, RepeatRefusedError)
+                call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
+                if streamable:  # the SDK resolves this one request with it; the call seam raises `refusal`
+                    return _synthetic_error(http, request, body["id"], "not sent")
+                return http.module.Response(202, request=request)  # nothing sent: the call's scope ends it
+    key = None
     if sse is not None:
+        key = (id(sse), body["id"])
         rt.sse_waiting[key] = call
         call.when_ended(lambda: rt.sse_waiting.pop(key, None))
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
@@ -236,17 +241,18 @@ async def _tool_series(
             _policy(rt, declaration, target, url), rt.rng, exchange, call.wait_unless_abandoned, call
         )
     except BaseException:
-        rt.sse_waiting.pop(key, None)
+        if key is not None:
+            rt.sse_waiting.pop(key, None)
         raise
     response, error = last
     if final.status == 0 and error is not None and declaration.policy == "app-authorized":
         # Fail this call, not the session: the SDK would tear the whole transport down.
-        rt.sse_waiting.pop(key, None)
-        if sse is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
+        if key is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
+            rt.sse_waiting.pop(key, None)
             call.stop(error)
             return http.module.Response(202, request=request)
         return _synthetic_error(http, request, body["id"], "no response")
-    if sse is not None and response is not None and not 200 <= response.status_code < 300:
+    if key is not None and response is not None and not 200 <= response.status_code < 300:
         # The SDK's SSE writer would die on it, taking the session along, and the call would wait out
         # its timeout: end this call now with the server's refusal, as streamable HTTP does.
         rt.sse_waiting.pop(key, None)
@@ -258,21 +264,12 @@ async def _tool_series(
     return response
 
 
-def _refusal(
-    rt: Runtime,
-    call: ToolCall,
-    url: str,
-    body: dict[str, Any],
-    declaration: Declaration,
-    target: Target,
-    matched: bool,
-) -> Exception | None:
-    """Why this call must not be sent at all, if it must not."""
-    if declaration.policy == "app-authorized" and not matched:
+def _refusal(rt: Runtime, call: ToolCall, url: str, body: dict[str, Any], matched: bool) -> Exception | None:
+    """Why this call, of a changing tool without its key or on a connection whose answers cannot be
+    matched, must not be sent at all, if it must not."""
+    if not matched:
         return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
-    entry = declaration.tools.get(target.tool) if target.tool else None
-    if rt.guard is None or entry is None or not entry.changes or target.key_carried:
-        return None
+    assert rt.guard is not None
     params = body.get("params")
     arguments = params.get("arguments") if type(params) is dict else None
     call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, arguments)

@@ -33,7 +33,7 @@ async def call_tool(
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(call.context)
     try:
-        if instance in rt.streamable_sessions:  # no call of this session can need stopping
+        if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
             result = await wrapped(*args, **kwargs)
         else:
             result = await _stoppable(call, wrapped, args, kwargs)
