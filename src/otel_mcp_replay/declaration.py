@@ -106,12 +106,18 @@ def is_int(value: object) -> TypeGuard[int]:
 _Frozen = TypeVar("_Frozen")
 
 
+_FIELD_NAMES: Final[dict[type, tuple[str, ...]]] = {}
+
+
 def built_checked(cls: type[_Frozen], **values: Any) -> _Frozen:
     """A frozen dataclass holding `values`, each already checked by its one checker: the
     constructor's own check (for a direct build) is not run a second time."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(each.name for each in fields(cls))  # type: ignore[arg-type]
     instance: _Frozen = object.__new__(cls)
-    for each in fields(cls):  # type: ignore[arg-type]
-        object.__setattr__(instance, each.name, values[each.name])
+    for name in names:
+        object.__setattr__(instance, name, values[name])
     return instance
 
 
@@ -287,7 +293,15 @@ def _tool_entry_of(raw: object, path: str) -> ToolEntry:
     given = fields_of(raw, path, _TOOL_FIELDS)
     on = _check_on(given.get("on", []), field_path(path, "on"))
     changes = _check_changes(given.get("changes", False), field_path(path, "changes"))
-    return built_checked(ToolEntry, on=on, changes=changes)
+    entry = _ENTRIES.get((on, changes))
+    if entry is None:
+        entry = _ENTRIES[on, changes] = built_checked(ToolEntry, on=on, changes=changes)
+    return entry
+
+
+# Equal entries are one object (they are immutable): a declaration of many tools holds a few
+# entries, not one per tool. At most 2 ** len(DECLARABLE_KINDS) * 2 of them.
+_ENTRIES: Final[dict[tuple[frozenset[str], bool], ToolEntry]] = {}
 
 
 # --- names that moved, importable from here until their importers follow them -------------------
