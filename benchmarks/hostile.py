@@ -29,16 +29,16 @@ size <= 3x at the size, so a cost quadratic in the input, which would be 4x, sho
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import json
-import os
-import subprocess
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import anyio
@@ -50,16 +50,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from benchmarks._common import (
-    LOOPBACK,
-    REPO,
-    NoopExporter,
-    Section,
-    _first_url,
-    _stop,
-    median,
-    section_main,
-)
+from benchmarks._common import LOOPBACK, NoopExporter, Section, median, section_main
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanProcessor
 from otel_mcp_replay import environment_variables as ev
 
@@ -108,8 +99,8 @@ def _body(kind: str, size: int, request_id: object) -> tuple[bytes, str]:
     return json.dumps(error).encode(), "application/json"
 
 
-def serve() -> int:
-    """`python -m benchmarks.hostile --serve`: print MCP_URL=..., serve until stdin closes."""
+def _serve(ready: Connection, stop: EventType) -> None:
+    """In the server's own process: send the MCP URL on `ready`, serve until `stop` is set."""
     from otel_mcp_replay.demo.faults import FaultContext, FaultPlan, Status
     from otel_mcp_replay.demo.server import Counters, running_server
 
@@ -128,32 +119,31 @@ def serve() -> int:
         return built[key]
 
     with running_server("streamable", fault_plan=FaultPlan(rule), counters=Counters(log_limit=0)) as handle:
-        print(f"MCP_URL={handle.url}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            sys.stdin.read()
-    return 0
+        ready.send(handle.url)
+        stop.wait()
 
 
 @contextlib.contextmanager
 def hostile_server() -> Iterator[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.hostile", "--serve"],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    """The hostile server in a child process (its CPU is never this process's); its URL."""
+    spawn = multiprocessing.get_context("spawn")
+    ready, child_end = spawn.Pipe(duplex=False)
+    stop = spawn.Event()
+    process = spawn.Process(target=_serve, args=(child_end, stop), daemon=True)
+    process.start()
     try:
-        url = _first_url(process, 30.0)
+        if not ready.poll(60):
+            raise RuntimeError("the hostile server did not start in time")
+        url: str = ready.recv()
         if not url.startswith(f"http://{LOOPBACK}:"):
             raise RuntimeError("the hostile server is not on loopback")
         yield url
     finally:
-        _stop(process)
+        stop.set()
+        process.join(15)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
 
 
 # -- the client ------------------------------------------------------------------------------------
@@ -350,13 +340,7 @@ def run(quick: bool) -> Section:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--serve" in args:
-        parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile --serve")
-        parser.add_argument("--serve", action="store_true")
-        parser.parse_args(args)
-        return serve()
-    return section_main(run, args)
+    return section_main(run, argv)
 
 
 if __name__ == "__main__":
