@@ -125,11 +125,9 @@ class _DuplicateKey(Exception):
 
 def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     # A key written twice would let the later one silently undo the earlier (`"changes": true`).
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _DuplicateKey
     return out
 
 

@@ -13,6 +13,7 @@ Declaration or ToolEntry built directly.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -105,12 +106,18 @@ def is_int(value: object) -> TypeGuard[int]:
 _Frozen = TypeVar("_Frozen")
 
 
+_FIELD_NAMES: Final[dict[type, tuple[str, ...]]] = {}
+
+
 def built_checked(cls: type[_Frozen], **values: Any) -> _Frozen:
     """A frozen dataclass holding `values`, each already checked by its one checker: the
     constructor's own check (for a direct build) is not run a second time."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(each.name for each in fields(cls))  # type: ignore[arg-type]
     instance: _Frozen = object.__new__(cls)
-    for each in fields(cls):  # type: ignore[arg-type]
-        object.__setattr__(instance, each.name, values[each.name])
+    for name in names:
+        object.__setattr__(instance, name, values[name])
     return instance
 
 
@@ -286,4 +293,16 @@ def _tool_entry_of(raw: object, path: str) -> ToolEntry:
     given = fields_of(raw, path, _TOOL_FIELDS)
     on = _check_on(given.get("on", []), field_path(path, "on"))
     changes = _check_changes(given.get("changes", False), field_path(path, "changes"))
-    return built_checked(ToolEntry, on=on, changes=changes)
+    return _ENTRIES[on, changes]
+
+
+# Equal entries are one object (they are immutable): a declaration of many tools holds a few
+# entries, not one per tool. All of them, made once: 2 ** len(DECLARABLE_KINDS) * 2.
+_ENTRIES: Final[Mapping[tuple[frozenset[str], bool], ToolEntry]] = MappingProxyType(
+    {
+        (frozenset(kinds), changes): built_checked(ToolEntry, on=frozenset(kinds), changes=changes)
+        for size in range(len(t.DECLARABLE_KINDS) + 1)
+        for kinds in itertools.combinations(t.DECLARABLE_KINDS, size)
+        for changes in (False, True)
+    }
+)
