@@ -339,8 +339,9 @@ def _names(spans: list[ReadableSpan]) -> list[tuple[str, str, str]]:
 async def test_openai_agents_retry_does_not_run_a_changing_tool_twice(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """`max_retry_attempts` retries any exception, UnknownEffectError included (on streamable HTTP
-    in a fresh "isolated" session, as its code is CONNECTION_CLOSED): the repeat guard refuses it."""
+    """`max_retry_attempts` retries any exception, UnknownEffectError included: on streamable HTTP
+    in a fresh "isolated" session (its code is CONNECTION_CLOSED), on SSE on the same session. The
+    repeat guard refuses the repeat before it is sent; the app gets RepeatRefusedError."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     server.faults.add("send_email", DropAfterExecution())
     with anyio.fail_after(DEADLINE_S):
