@@ -104,9 +104,15 @@ class DropBeforeExecution(Fault):
 
 @dataclass(frozen=True)
 class DropAfterExecution(Fault):
-    """Let the tool run to completion, swallow its answer, close the connection with no response."""
+    """Let the tool run to completion, swallow its answer, close the connection with no response.
+
+    On the legacy SSE transport the answer goes out on the GET stream, not in the POST's response:
+    `answer_lost=True` drops it there too (the server ran the tool, and its answer never reached the
+    client), else it arrives there after the cut.
+    """
 
     reset: bool = False
+    answer_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -403,8 +409,12 @@ class FaultInjector:
         self.plan = plan
         self.record = record
         self.connections = connections
+        self._lost_answers: set[str] = set()  # request ids whose answer an event stream must drop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await self.app(scope, receive, self._dropping_lost_answers(send))
+            return
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -422,6 +432,20 @@ class FaultInjector:
             await self.app(scope, replay, send)
         else:
             await self._apply(fault, post, scope, replay, receive, send)
+
+    def _dropping_lost_answers(self, send: Send) -> Send:
+        """`send` for an event stream, less the events that answer a request whose answer is lost."""
+
+        async def filtered(message: Message) -> None:
+            if message["type"] == "http.response.body" and self._lost_answers:
+                answered = _answered_ids(cast(bytes, message.get("body", b"")))
+                lost = answered & self._lost_answers
+                if lost:
+                    self._lost_answers -= lost
+                    return
+            await send(message)
+
+        return filtered
 
     def _fault_for(self, post: _Post) -> Fault | None:
         msg, rec = post.message, post.record
@@ -459,6 +483,8 @@ class FaultInjector:
         elif isinstance(fault, DropBeforeExecution):
             await self._cut(scope, receive, reset=fault.reset)
         elif isinstance(fault, DropAfterExecution):
+            if fault.answer_lost and post.record.request_id:
+                self._lost_answers.add(post.record.request_id)
             await _run_swallowed(self.app, scope, replay)
             await self._cut(scope, receive, reset=fault.reset)
         elif isinstance(fault, DropMidBody):
@@ -573,6 +599,21 @@ def _with_fault(record: PostRecord, fault: Fault | None) -> PostRecord:
     if fault is None:
         return record
     return replace(record, fault=fault.name)
+
+
+def _answered_ids(chunk: bytes) -> set[str]:
+    """The ids of the JSON-RPC answers in the `data:` lines of an event-stream chunk."""
+    ids: set[str] = set()
+    for line in chunk.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            message = json.loads(line[5:])
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(message, dict) and ("result" in message or "error" in message) and "id" in message:
+            ids.add(str(message["id"]))
+    return ids
 
 
 async def _run_swallowed(app: ASGIApp, scope: Scope, receive: Receive) -> tuple[Message | None, bytes]:

@@ -760,3 +760,45 @@ async def test_a_redirect_the_sdk_does_not_follow_is_recorded_as_what_came(
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_STATUS] == (307,) and record[t.ATTEMPTS_EFFECT] == ("unknown",)
     assert record[t.VERDICT] == "failed"
+
+
+# -- the legacy SSE transport: an answer seen is the answer --
+
+
+async def test_an_sse_answer_that_follows_a_cut_post_is_the_answer(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The server took the POST, ran the tool, and its connection was cut before the 202: the answer
+    still comes on the stream, and the call completes on it, whichever the client was told first."""
+    instrument(
+        servers={sse_server.url: {"policy": "app-authorized", "tools": {"send_email": {"changes": True}}}}
+    )
+    for _ in range(3):  # the order of the cut and the answer varies: the outcome must not
+        sse_server.faults.add("send_email", DropAfterExecution())
+    async with sse_session(sse_server) as session:
+        for n in range(3):
+            with anyio.fail_after(10):
+                result = await session.call_tool("send_email", {"to": "a", "body": f"b{n}"})
+            assert not result.is_error
+    assert sse_server.counters.executions("send_email") == 3
+    for record in records(telemetry):
+        assert (record[t.VERDICT], record[t.EFFECT], record[t.MAY_HAVE_RUN]) == (
+            "completed",
+            "applied",
+            False,
+        )
+
+
+async def test_an_sse_answer_that_never_comes_after_a_cut_post_may_have_run(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(
+        servers={sse_server.url: {"policy": "app-authorized", "tools": {"send_email": {"changes": True}}}}
+    )
+    sse_server.faults.add("send_email", DropAfterExecution(answer_lost=True))
+    async with sse_session(sse_server) as session:
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+            await session.call_tool("send_email", {"to": "a", "body": "b"})
+        assert (await session.call_tool("search", {"query": "next"})).is_error is False  # the session lives
+    assert sse_server.counters.executions("send_email") == 1
+    assert records(telemetry)[0][t.MAY_HAVE_RUN] is True

@@ -49,6 +49,7 @@ class Attempt:
     """One HTTP attempt of a tools/call, from the moment it is sent until its effect is known."""
 
     __slots__ = (
+        "_answer_seen",
         "call",
         "declined",
         "early",
@@ -74,10 +75,21 @@ class Attempt:
         self.wait_ms = 0
         self.declined: DeclinedReason | None = None
         self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
+        self._answer_seen: anyio.Event | None = None  # made only by answer_within
         self.hop_status = 0  # the redirect the client is following, while REDIRECTED
         self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
 
     # -- transitions --
+
+    async def answer_within(self, seconds: float) -> Answer | None:
+        """Wait up to `seconds` for this attempt's answer on the connection's own stream (SSE): a
+        POST cut after the server took it may still be answered there, and an answer seen is the
+        answer, whichever was told first."""
+        if self.early is None:
+            self._answer_seen = anyio.Event()
+            with anyio.move_on_after(seconds):
+                await self._answer_seen.wait()
+        return self.early
 
     def redirected(self, status: int) -> None:
         """SENDING -> REDIRECTED: a redirect the client follows with the same request; the next
@@ -120,18 +132,17 @@ class Attempt:
         self.call.facts.answered()
         if self.state != "awaiting":
             self.early = kind
+            if self._answer_seen is not None:
+                self._answer_seen.set()
             return
         self.outcome = self.outcome.after_stream(kind)
         self._done()
 
     def stream_ended(self, error: BaseException | None) -> None:
-        """The delivered attempt's stream ended: if its answer never came, its effect is unknown."""
-        if self.state != "awaiting":
-            return
-        self.outcome = self.outcome.after_stream(None)
-        if error is not None:
+        """The delivered attempt's stream ended before its answer. The client may resume it on a new
+        stream where the answer still comes, so it stays AWAITING until the call ends (abandon)."""
+        if self.state == "awaiting" and error is not None:
             self.call.final_error = error
-        self._done()
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
@@ -144,8 +155,9 @@ class Attempt:
             self.decided(0, "budget")
         elif self.state == "exchanged":
             self.decided(0, "budget")
-        elif self.state == "awaiting":
-            self.stream_ended(None)
+        elif self.state == "awaiting":  # its answer never came: its effect is unknown
+            self.outcome = self.outcome.after_stream(None)
+            self._done()
 
     def _done(self) -> None:
         self.state = "done"
@@ -273,9 +285,9 @@ class ToolCall:
             self.facts.answered()
 
     def stream_ended(self) -> None:
-        """The connection's own stream (SSE) ended before this call's answer came."""
+        """The connection's own stream (SSE) ended before this call's answer came: it never will."""
         if self.attempt is not None:
-            self.attempt.stream_ended(None)
+            self.attempt.abandon()
 
     # -- giving up --
 

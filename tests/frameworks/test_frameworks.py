@@ -4,7 +4,7 @@ driven through the framework's client object, and where the form an agent (and i
 matters, through the framework's agent with a scripted model it ships or one written here.
 
 The frameworks are imported when this module loads, before any `instrument()` call, as in an app
-(they import `mcp.client.sse.sse_client` at load). Install them with the `frameworks` extra.
+(they import `mcp.client.sse.sse_client` at load). The `test` extra installs them (`frameworks`).
 
 Ground truth is the server's count of executions per tool; the plugin's record says the rest.
 """
@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import pytest
-
-pytest.importorskip("fastmcp", reason="the frameworks extra is not installed: pip install -e '.[frameworks]'")
-
 import fastmcp
+import pytest
 from agents import Agent, Runner, UserError
 from agents.items import ModelResponse, ToolCallOutputItem
 from agents.mcp import MCPServerSse, MCPServerStreamableHttp
@@ -268,7 +265,7 @@ async def test_a_changing_tool_cut_after_running_reaches_the_app_as_unknown_effe
     framework: Framework, server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     instrument(servers=declared(server, {"send_email": {"changes": True}, "search": {"on": ["throttle"]}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     with anyio.fail_after(DEADLINE_S):
         async with framework.connect(server.url, _sse(server)) as call:
             outcome = await _outcome(call(*EMAIL))
@@ -276,7 +273,7 @@ async def test_a_changing_tool_cut_after_running_reaches_the_app_as_unknown_effe
             assert server.counters.tool_posts("send_email") == 1
             assert isinstance(outcome, Exception), f"the call returned {outcome!r}"
             error = framework.unknown_effect(outcome)
-            assert "may have run on the server" in str(error)
+            assert "may have run on the server" in str(error).lower()
             record = the_record(telemetry)
             assert record[t.MAY_HAVE_RUN] is True
             assert record[t.EFFECT] == "unknown"
@@ -343,7 +340,7 @@ async def test_openai_agents_retry_does_not_run_a_changing_tool_twice(
     in a fresh "isolated" session (its code is CONNECTION_CLOSED), on SSE on the same session. The
     repeat guard refuses the repeat before it is sent; the app gets RepeatRefusedError."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     with anyio.fail_after(DEADLINE_S):
         async with _openai_agents(
             server.url, _sse(server), max_retry_attempts=1, retry_backoff_seconds_base=0.01
@@ -406,7 +403,7 @@ async def test_openai_agents_agent_tells_the_model_to_try_again(
     """The Agent's default `failure_error_function` turns UnknownEffectError into a fixed string
     for the model, "Please try again", which says nothing of the tool having maybe run."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     server_cls = MCPServerSse if _sse(server) else MCPServerStreamableHttp
     AGENTS_TRACES.spans.clear()
     with anyio.fail_after(DEADLINE_S):
@@ -428,7 +425,7 @@ async def test_openai_agents_agent_without_failure_function_raises_unknown_effec
 ) -> None:
     """`failure_error_function=None` on the server: the run raises the plugin's error to the app."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     server_cls = MCPServerSse if _sse(server) else MCPServerStreamableHttp
     with anyio.fail_after(DEADLINE_S):
         async with server_cls(
@@ -467,7 +464,7 @@ async def test_pydantic_ai_agent_model_retry_never_runs_a_changing_tool_twice(
     """The default `tool_error_behavior='retry'`: the model is handed the plugin's message, and a
     model that calls again anyway (ModelRetry invites it to) is refused by the repeat guard."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     told: list[str] = []
     agent = PydanticAgent(
         _scripted_pydantic_model(*EMAIL, calls=2, seen=told), toolsets=[MCPToolset(server.url, max_retries=2)]
@@ -478,7 +475,7 @@ async def test_pydantic_ai_agent_model_retry_never_runs_a_changing_tool_twice(
     assert server.counters.tool_posts("send_email") == 1
     assert getattr(outcome, "output", outcome) == "done"
     assert len(told) == 2, told
-    assert "may have run on the server" in told[0]
+    assert "may have run on the server" in told[0].lower()
     first, repeat = records(telemetry)
     assert first[t.MAY_HAVE_RUN] is True
     assert (repeat[t.VERDICT], repeat[t.SENT]) == ("failed", 0)
@@ -489,7 +486,7 @@ async def test_pydantic_ai_tool_error_behavior_error_raises_unknown_effect(
 ) -> None:
     """`tool_error_behavior='error'`: the app gets the plugin's error itself, the model nothing."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     agent = PydanticAgent(
         _scripted_pydantic_model(*EMAIL, calls=1, seen=[]),
         toolsets=[MCPToolset(server.url, tool_error_behavior="error")],
@@ -553,7 +550,7 @@ async def test_llama_index_agent_shows_the_model_only_the_group_message(
         return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
 
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     results: list[Any] = []
     with anyio.fail_after(DEADLINE_S):
         tools = await McpToolSpec(BasicMCPClient(server.url), allowed_tools=[EMAIL[0]]).to_tool_list_async()

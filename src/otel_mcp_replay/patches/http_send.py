@@ -43,6 +43,9 @@ from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 _MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
+# How long a cut SSE POST's answer is awaited on the stream: a server that took the request answers
+# there within milliseconds; past this the attempt's effect stays unknown.
+SSE_ANSWER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ async def send(
         return await wrapped(*args, **kwargs)
     if request.method != "POST":
         if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
-            return _watch_event_stream(rt, http, instance, request, await wrapped(*args, **kwargs))
+            response = await wrapped(*args, **kwargs)
+            return _watch_event_stream(rt, http, instance, request, response, CURRENT_CALL.get())
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
     url = str(request.url)
@@ -122,7 +126,7 @@ async def send(
         response = await exchange_once()  # a transport error is the SDK's, as it always was
         last.append(response)
         if response.status_code != 429:
-            return Outcome(response.status_code, None, "unknown")
+            return Outcome(int(response.status_code), None, "unknown")
         return classify(429, None, retry_after=response.headers.get("retry-after"), now_epoch_s=time.time())
 
     await run_series(_policy(rt, declaration, target, url), rt.rng, exchange, _sleep, NoLog())
@@ -229,10 +233,12 @@ async def _tool_series(
         if 300 <= outcome.status < 400 and _followed(last[0], request):
             attempt.redirected(outcome.status)
             return outcome
-        if attempt.early is not None and outcome.status == 0 and outcome.effect == "unknown":
-            # The answer came on the SSE stream before the POST's failure was told: it is the answer.
-            outcome = outcome.after_stream(attempt.early)
-            last[0], last[1] = http.module.Response(202, request=request), None
+        if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
+            # A POST cut after the server took it: its answer may come on the stream all the same.
+            answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
+            if answer is not None:  # it is the answer, whichever was told first
+                outcome = outcome.after_stream(answer)
+                last[0], last[1] = http.module.Response(202, request=request), None
         attempt.exchanged(outcome, last[1])
         return outcome
 
@@ -297,7 +303,7 @@ async def _tool_exchange(
         response = await exchange_once()
     except http.module.TransportError as exc:
         return (NOT_SENT if isinstance(exc, http.not_sent) else NO_RESPONSE), None, exc
-    status = response.status_code
+    status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
     busy = (
         status != 429
         and declaration.adapter is not None
@@ -389,9 +395,12 @@ class SseStream:
     endpoint: str  # the declared label, else the origin of the URL the app connected to
 
 
-def _watch_event_stream(rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any) -> Any:
+def _watch_event_stream(
+    rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any, call: ToolCall | None
+) -> Any:
     """A GET event stream: if it announces a message endpoint (the legacy SSE transport), POSTs to
-    that endpoint are its calls, and their answers are watched for on it."""
+    that endpoint are its calls, and their answers are watched for on it. One a tool call opens
+    (streamable HTTP resuming the call's stream) may carry that call's answer."""
     event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
     if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
         return response
@@ -408,9 +417,11 @@ def _watch_event_stream(rt: Runtime, http: HttpClient, client: Any, request: Any
         rt.sse_streams.setdefault(client, {})[post_url] = stream
 
     def on_answer(request_id: object, kind: Answer) -> None:
-        call = waiting.pop((stream_id, request_id), None)
-        if call is not None:
-            call.answered(kind)
+        waiter = waiting.pop((stream_id, request_id), None)
+        if waiter is not None:
+            waiter.answered(kind)
+        elif call is not None and call.declaration is not None and request_id == call.request_id:
+            call.answered(kind)  # the answer on the stream the client resumed for this call
 
     def on_end(error: BaseException | None) -> None:
         for key in [key for key in waiting if key[0] == stream_id]:
