@@ -1,0 +1,5 @@
+import sys
+
+from sdk_suite.run import main
+
+sys.exit(main())
