@@ -18,8 +18,16 @@ from pathlib import Path
 
 from benchmarks._common import REPO, Section, machine, render_section
 
-SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction")
-TIMEOUT_S = {"overhead": 300, "cpu": 300, "retry": 120, "memory": 300, "redaction": 120}
+SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction")
+TIMEOUT_S = {
+    "overhead": 420,
+    "cpu": 300,
+    "retry": 120,
+    "memory": 300,
+    "redaction": 120,
+    "hostile": 600,
+    "hostile_redaction": 300,
+}
 RESULTS = REPO / "benchmarks" / "results" / "latest.md"
 
 

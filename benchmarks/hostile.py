@@ -101,8 +101,8 @@ def _body(kind: str, size: int, request_id: object) -> tuple[bytes, str]:
 
 def _serve(ready: Connection, stop: EventType) -> None:
     """In the server's own process: send the MCP URL on `ready`, serve until `stop` is set."""
-    from otel_mcp_replay.demo.faults import FaultContext, FaultPlan, Status
-    from otel_mcp_replay.demo.server import Counters, running_server
+    from harness.faults import FaultContext, FaultPlan, Status
+    from harness.server import Counters, running_server
 
     built: dict[tuple[str, int, str], Status] = {}
 

@@ -149,11 +149,13 @@ class Process:
     """What must be one per process: the records vouched for, and what the redaction wrappers
     (which run without the instrumentor) need of it, when there is one."""
 
-    __slots__ = ("_refused", "runtime", "vouches")
+    __slots__ = ("_refused", "runtime", "told_unredacted", "vouches")
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
         self.vouches = Vouches()
+        # Exporters the app's spans reach without redaction, already told at WARNING.
+        self.told_unredacted: weakref.WeakSet[object] = weakref.WeakSet()
         self._refused: Counter | None = None
 
     def count_refused(self) -> None:

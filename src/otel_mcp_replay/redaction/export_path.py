@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, SynchronousMul
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingSpanProcessor
+from otel_mcp_replay.runtime import PROCESS
 
 _logger = logging.getLogger(__name__)
 
@@ -54,10 +55,14 @@ def _walk(processor: object, depth: int) -> Iterator[object]:
 
 def check_export_path(tracer_provider: object | None = None) -> None:
     """Log one WARNING when spans of `tracer_provider` (None: the global one) reach an exporter
-    without redaction. Never raises (it runs inside `instrument()`)."""
+    without redaction, once per exporter in the process. Never raises (it runs inside `instrument()`)."""
     try:
         provider = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
-        names = sorted({type(exporter).__name__ for exporter in unredacted_exporters(provider)})
+        told = PROCESS.told_unredacted  # once per exporter: instrument() may run many times
+        fresh = [exporter for exporter in unredacted_exporters(provider) if exporter not in told]
+        for exporter in fresh:
+            told.add(exporter)
+        names = sorted({type(exporter).__name__ for exporter in fresh})
     except Exception:  # a provider or processor of unexpected shape: nothing said is better than a crash
         _logger.debug("otel-mcp-replay could not check the span export path", exc_info=True)
         return
