@@ -1,7 +1,7 @@
 """6. Hostile input: what the plugin adds to the plain SDK on input a server or the environment controls.
 
 `python -m benchmarks.hostile [--quick] [--json PATH]` (from the repository root, with `src` on
-PYTHONPATH). Issue 15's cases, each at two sizes:
+PYTHONPATH). The hostile cases, each at two sizes:
 
 - an event stream (streamable HTTP, 2xx `text/event-stream`) of blank lines, and one of `: x`
   comments, before the answer: 8 and 16 MB;
@@ -286,7 +286,7 @@ def _growth(section: Section, name: str, at_1x: list[float], at_2x: list[float])
 
 def run(quick: bool) -> Section:
     runs = 2 if quick else 7
-    section = Section("6. Hostile input: the plugin's added time vs the plain SDK (issue 15)")
+    section = Section("6. Hostile input: the plugin's added time vs the plain SDK")
     with hostile_server() as url:
         timings = anyio.run(_client_cases, url, quick, runs)
     for case, kind in zip(CASES, KINDS, strict=True):
@@ -327,9 +327,7 @@ def run(quick: bool) -> Section:
         "(compatibility); spans to SimpleSpanProcessor, through RedactingSpanProcessor in the "
         "instrumented arm."
     )
-    section.notes.append(
-        "the error case's cost is redaction's (another module, being moved to RE2): re-run after it lands."
-    )
+    section.notes.append("the error case's cost is redaction's: every rule on RE2, linear in the text.")
     section.notes.append(
         "environment: no plain arm (without the plugin nothing reads the variable); json.loads of the "
         "same text is the least any reader pays. With the GC running, CPython's full collections "

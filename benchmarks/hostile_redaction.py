@@ -92,7 +92,7 @@ def _shown(seconds: float | None) -> str:
 
 
 def run(quick: bool) -> Section:
-    section = Section("6. Redaction on hostile input (two sizes: linear time about doubles)")
+    section = Section("7. Redaction on hostile input (two sizes: linear time about doubles)")
     for case, unit, sizes in CASES:
         small, large = (size // 10 for size in sizes) if quick else sizes
         first, second = _time(case, small), _time(case, large)

@@ -199,7 +199,7 @@ REFUSALS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         "a tool name that is no plain name",
         lambda: declaration_of({"tools": {"a b\n": {"on": CANARY}}}),
         TypeError,
-        "tools[0].on",  # counted, not shown: it is no plain name (issue 15 F5)
+        "tools[0].on",  # counted, not shown: it is no plain name
     ),
     (
         "deduplicates not a mapping",
@@ -513,7 +513,7 @@ def test_origin_of(given: str, origin: str) -> None:
 
 @pytest.mark.parametrize("given", ["", "example.com/mcp", "ftp://h/x", "http://h:0/", f"http://h:{CANARY}/"])
 def test_origin_of_names_what_is_not_an_http_url_unknown_without_echoing_it(given: str) -> None:
-    # Never raised: a request to a URL the plugin cannot parse is still sent (issue 15 F3).
+    # Never raised: a request to a URL the plugin cannot parse is still sent.
     assert origin_of(given) == "unknown"
 
 

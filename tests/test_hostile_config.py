@@ -1,4 +1,4 @@
-"""Issue 15: configuration that must never hurt the host app, nor echo what it holds.
+"""Configuration that must never hurt the host app, nor echo what it holds.
 
 - F10: OTEL_PYTHON_MCP_REPLAY_CONFIG naming a FIFO, a device, a directory or a huge file is refused
   at once (never a hang, never an unbounded read), with an ERROR naming the variable, not the path.

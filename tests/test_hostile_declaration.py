@@ -1,4 +1,4 @@
-"""Issue 15 F5: a value written where a tool name belongs is counted in a refusal, never shown.
+"""A value written where a tool name belongs is counted in a refusal, never shown.
 
 A credential URL or `password=...` where a tool name belongs (the servers table forgotten, a value
 pasted in the wrong place) reached the ERROR log and the exception quoted. A refusal now shows a

@@ -1,4 +1,4 @@
-"""Issue 15: what a server or the environment sends costs time linear in its size.
+"""What a server or the environment sends costs time linear in its size.
 
 Each case is timed (process CPU, best of a few runs) at a size and at twice that size: twice the
 input may cost at most three times as much, plus a small constant for the clock's noise, and the

@@ -1,4 +1,4 @@
-"""Issue 15 F3: a URL the HTTP client accepts is never refused by the plugin.
+"""A URL the HTTP client accepts is never refused by the plugin.
 
 origin_of and Servers.resolve are called for every request the app sends. Whatever the URL's text
 (an IPv6 zone, port 0, a host too long or spelt with `~`, `$` or `%41`), they return: the URL

@@ -150,7 +150,7 @@ SENSITIVE_KEYS = [
     "jwt",
     "app.bearer",
     "app.passphrase",
-    # Vendor authentication headers, as the HTTP instrumentations capture them (issue 15, F11).
+    # Vendor authentication headers, as the HTTP instrumentations capture them.
     "http.request.header.x_auth",
     "http.request.header.x-auth",
     "http.request.header.x_auth_token",

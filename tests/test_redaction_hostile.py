@@ -1,4 +1,4 @@
-"""Redaction on hostile or unusual input (issue 15): linear time, per-entry rules, secret shapes.
+"""Redaction on hostile or unusual input: linear time, per-entry rules, secret shapes.
 
 - F1/F8: every rule runs in time linear in the text, on server text and on the user's patterns.
 - F6: a bad user entry drops that entry only; no silent count or length caps; `\\,` and commas in

@@ -802,3 +802,34 @@ async def test_an_sse_answer_that_never_comes_after_a_cut_post_may_have_run(
         assert (await session.call_tool("search", {"query": "next"})).is_error is False  # the session lives
     assert sse_server.counters.executions("send_email") == 1
     assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
+
+
+# -- a status the HTTP client hands over as an IntEnum --
+
+
+async def test_a_status_given_as_httpstatus_is_recorded_as_the_int_it_is(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    """An in-process ASGI transport hands the app's `HTTPStatus.OK` over as the response's status;
+    the record's status column holds exact ints, so the plugin once filed a record its own
+    allow-list refused (found by the mcp SDK's own suite, tests/interaction/transports)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    from harness.server import build_app, build_server
+
+    server = build_server()
+    app, path = build_app(server, "streamable-json")
+    instrument()
+    async with (
+        server.session_manager.run(),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://127.0.0.1:8000") as http,
+        streamable_http_client(f"http://127.0.0.1:8000{path}", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        with anyio.fail_after(10):
+            assert (await session.call_tool("search", {"query": "q"})).is_error is False
+    events = [e.name for s in telemetry.spans() for e in s.events]
+    assert t.RECORD_REFUSED_EVENT not in events
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (200,) and type(record[t.ATTEMPTS_STATUS][0]) is int

@@ -55,16 +55,20 @@ def _holds_url_parts(text: str) -> bool:
 
 
 # Every key _SECRET_VALUE knows holds one of these, in lower case.
-_SECRET_WORDS: Final = ("token", "secret", "pass", "pwd", "key", "credential", "auth", "cookie", "signature")
+# One pass each, whatever the text holds (a search per word was ten passes, and slow on text that
+# repeats a word's letters); RE2 folds case as _SECRET_VALUE does (the Kelvin sign K is a k).
+_SECRET_WORD: Final = compile_re2(
+    r"token|secret|pass|pwd|key|credential|auth|cookie|signature", ignore_case=True
+)
+_SCHEME_WORD: Final = compile_re2(r"Basic|(?i:bearer)")
 
 
 def _names_a_secret(text: str) -> bool:
-    folded = text.casefold()  # as RE2 folds case (the Kelvin sign K is a k)
-    return any(word in folded for word in _SECRET_WORDS)
+    return _SECRET_WORD.search(text) is not None
 
 
 def _names_a_scheme(text: str) -> bool:
-    return "Basic" in text or "bearer" in text.casefold()
+    return _SCHEME_WORD.search(text) is not None
 
 
 class TextRule:
