@@ -19,7 +19,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.test_redaction import full_record
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.call import file_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 from otel_mcp_replay.redaction import rules as redaction_module
 from otel_mcp_replay.runtime import PROCESS
@@ -61,7 +60,7 @@ def test_a_filed_record_passes_redaction_without_the_whole_check(monkeypatch: py
     provider, exporter, processor = pipeline()
     built = a_record()
     span = provider.get_tracer("t").start_span("tools/call search")
-    file_record(span, built)
+    PROCESS.vouches.file(span, built)
     span.end()
     (exported,) = exporter.get_finished_spans()
     assert checks.calls == 0
@@ -75,7 +74,7 @@ def test_the_same_record_written_by_other_code_gets_the_whole_check(monkeypatch:
     provider, exporter, _ = pipeline()
     built = a_record()
     span = provider.get_tracer("t").start_span("tools/call search")
-    span.add_event(t.RECORD_EVENT, built)  # not through file_record: nobody vouched for it
+    span.add_event(t.RECORD_EVENT, built)  # not through PROCESS.vouches.file: nobody vouched for it
     span.end()
     (exported,) = exporter.get_finished_spans()
     assert checks.calls == 1
@@ -98,7 +97,7 @@ def test_a_record_the_sdk_cut_is_not_vouched_for_and_the_whole_check_refuses_it(
     # A length limit of 4 cuts "billing", "unknown", "throttle" ...: not the record that was built.
     provider, exporter, processor = pipeline(max_attribute_length=4)
     span = provider.get_tracer("t").start_span("tools/call search")
-    file_record(span, a_record(3))
+    PROCESS.vouches.file(span, a_record(3))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     (exported,) = exporter.get_finished_spans()
@@ -109,7 +108,7 @@ def test_a_record_the_sdk_cut_is_not_vouched_for_and_the_whole_check_refuses_it(
 def test_a_record_the_sdk_dropped_keys_of_is_not_vouched_for() -> None:
     provider, exporter, processor = pipeline(max_event_attributes=5)
     span = provider.get_tracer("t").start_span("tools/call search")
-    file_record(span, a_record(3))
+    PROCESS.vouches.file(span, a_record(3))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     assert [event.name for event in exporter.get_finished_spans()[0].events] == [t.RECORD_REFUSED_EVENT]
@@ -166,7 +165,7 @@ def test_the_sdk_stores_event_attributes_immutable() -> None:
 def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(PROCESS.vouches, "active", False)
     span = TracerProvider().get_tracer("t").start_span("s")
-    file_record(span, a_record(1))
+    PROCESS.vouches.file(span, a_record(1))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())

@@ -55,7 +55,6 @@ class Attempt:
         "early",
         "ended_ns",
         "hop_status",
-        "number",
         "outcome",
         "permission",
         "repeated",
@@ -64,9 +63,8 @@ class Attempt:
         "wait_ms",
     )
 
-    def __init__(self, call: ToolCall, number: int, permission: Permission | None, span: Span) -> None:
+    def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
         self.call = call
-        self.number = number
         self.permission = permission
         self.span = span
         self.state: State = "sending"
@@ -188,17 +186,9 @@ class Attempt:
                 wait_ms=self.wait_ms,
             )
         )
-        metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: call.tool}
-        if outcome.failure is not None:
-            metric[t.FAILURE] = outcome.failure
-        if permission is not None:
-            metric[t.PERMISSION_BY] = permission.by
-        if self.declined is not None:
-            metric[t.DECLINED] = self.declined
-        instruments = call.runtime.instruments
-        instruments.attempts.add(1, metric)
-        if self.repeated:
-            instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: call.tool})
+        call.runtime.instruments.count_attempt(
+            call.tool, outcome.failure, permission, self.declined, self.wait_ms if self.repeated else None
+        )
 
 
 class ToolCall:
@@ -269,7 +259,7 @@ class ToolCall:
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
-        self.attempt = Attempt(self, number, permission, span)
+        self.attempt = Attempt(self, permission, span)
         return self.attempt
 
     def attempt_context(self) -> Context | None:
@@ -398,7 +388,7 @@ class ToolCall:
             self.span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)
         else:
-            file_record(self.span, record)
+            PROCESS.vouches.file(self.span, record)
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
         )
@@ -426,13 +416,3 @@ class ToolCall:
         else:
             self.attempt.exchanged(Outcome(0, "error", "unknown"))
             self.attempt.decided(0, "not-retryable")
-
-
-def file_record(span: Span, record: dict[str, Any]) -> None:
-    """Add build_record's `record` to the call's span, vouched for as stored (runtime.Vouches)."""
-    span.add_event(t.RECORD_EVENT, record)
-    vouches = PROCESS.vouches
-    if vouches.active:
-        events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
-        if events:
-            vouches.vouch(events[-1].attributes, record)

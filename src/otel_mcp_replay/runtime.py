@@ -28,8 +28,10 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, origin_of
 from otel_mcp_replay.guard import RepeatGuard
+from otel_mcp_replay.law import Permission
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.settings import Settings
+from otel_mcp_replay.telemetry import DeclinedReason, FailureKind
 
 logger = logging.getLogger("otel_mcp_replay")
 
@@ -42,6 +44,26 @@ class Instruments:
     wait: Histogram
     calls: Counter
     records_refused: Counter
+
+    def count_attempt(
+        self,
+        tool: str,
+        failure: FailureKind | None,
+        permission: Permission | None,
+        declined: DeclinedReason | None,
+        waited_ms: int | None,
+    ) -> None:
+        """One attempt ended; `waited_ms` is the wait before its repeat (None: no repeat followed)."""
+        attributes: dict[str, str] = {t.GEN_AI_TOOL_NAME: tool}
+        if failure is not None:
+            attributes[t.FAILURE] = failure
+        if permission is not None:
+            attributes[t.PERMISSION_BY] = permission.by
+        if declined is not None:
+            attributes[t.DECLINED] = declined
+        self.attempts.add(1, attributes)
+        if waited_ms is not None:
+            self.wait.record(waited_ms / 1000.0, {t.GEN_AI_TOOL_NAME: tool})
 
     @classmethod
     def on(cls, meter: Meter) -> Instruments:
@@ -115,7 +137,7 @@ class Vouches:
         """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when
         it holds exactly `built` (the SDK cuts values past its length limit and drops keys past its
         count limit: such a record is left to the whole check, which refuses it). For
-        call.file_record only, right after it added `built`, unchanged, to the call's span."""
+        `file` only, right after it added `built`, unchanged, to the call's span."""
         if type(stored) is not BoundedAttributes or stored.copy() != built:
             return False  # exact built-in values on both sides: the comparison runs no filer code
         key, by_id = id(stored), self._by_id
@@ -125,6 +147,14 @@ class Vouches:
 
         by_id[key] = weakref.ref(stored, forget)
         return True
+
+    def file(self, span: Any, record: Mapping[str, AttributeValue]) -> None:
+        """Add build_record's `record` to the call's span, vouched for as the SDK stored it."""
+        span.add_event(t.RECORD_EVENT, record)
+        if self.active:
+            events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
+            if events:
+                self.vouch(events[-1].attributes, record)
 
     def record(self, raw: object) -> dict[str, AttributeValue] | None:
         """A fresh copy of `raw` when it is a record this library vouched for, else None."""

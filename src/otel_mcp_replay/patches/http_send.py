@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
-from urllib.parse import urljoin
 
 import anyio
 from opentelemetry import context as otel_context
@@ -37,6 +36,7 @@ from otel_mcp_replay.law import (
     target_of,
 )
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
+from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
 from otel_mcp_replay.runtime import Runtime, seen_streamable
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
@@ -83,7 +83,7 @@ async def send(
     if request.method != "POST":
         if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
             response = await wrapped(*args, **kwargs)
-            return _watch_event_stream(rt, http, instance, request, response, CURRENT_CALL.get())
+            return watch_event_stream(rt, http, instance, request, response, CURRENT_CALL.get())
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
     url = str(request.url)
@@ -384,52 +384,3 @@ def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: st
 
 
 # -- the SSE transport's GET stream: where its answers arrive --
-
-
-@dataclass(eq=False)
-class SseStream:
-    """One legacy-SSE connection: its GET stream carries the answers to the calls POSTed to the
-    message endpoint it announced, and the declaration of its URL governs them."""
-
-    declaration: Declaration
-    endpoint: str  # the declared label, else the origin of the URL the app connected to
-
-
-def _watch_event_stream(
-    rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any, call: ToolCall | None
-) -> Any:
-    """A GET event stream: if it announces a message endpoint (the legacy SSE transport), POSTs to
-    that endpoint are its calls, and their answers are watched for on it. One a tool call opens
-    (streamable HTTP resuming the call's stream) may carry that call's answer."""
-    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
-    if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
-        return response
-    get_url = str(request.url)
-    declaration = rt.servers.resolve(get_url)
-    stream = SseStream(declaration, declaration.label or rt.origin(get_url))
-    stream_id, waiting = id(stream), rt.sse_waiting
-
-    def on_endpoint(path: str) -> None:
-        try:
-            post_url = str(http.module.URL(urljoin(get_url, path)))
-        except Exception:  # not a URL: nothing will be POSTed there that we could know
-            return
-        rt.sse_streams.setdefault(client, {})[post_url] = stream
-
-    def on_answer(request_id: object, kind: Answer) -> None:
-        waiter = waiting.pop((stream_id, request_id), None)
-        if waiter is not None:
-            waiter.answered(kind)
-        elif call is not None and call.declaration is not None and request_id == call.request_id:
-            call.answered(kind)  # the answer on the stream the client resumed for this call
-
-    def on_end(error: BaseException | None) -> None:
-        for key in [key for key in waiting if key[0] == stream_id]:
-            waiting.pop(key).stream_ended()
-        posts = rt.sse_streams.get(client)
-        if posts is not None:
-            for post_url in [u for u, s in posts.items() if s is stream]:
-                del posts[post_url]
-
-    response.stream = http.watch(response.stream, on_answer, on_end, on_endpoint)
-    return response

@@ -1,0 +1,69 @@
+"""The legacy SSE transport, known where it is used: by its GET event stream, not by the function
+that opened it (which an app or a framework may have imported before instrument()).
+
+The rule: a GET event stream whose first event announces a message endpoint is an SSE connection;
+the POSTs to that endpoint are its calls, governed by the declaration of the URL the app connected
+to, and their answers are read off that stream. A stream a tool call opens (streamable HTTP
+resuming the call's stream) may carry that call's answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
+
+from otel_mcp_replay.call import ToolCall
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.law import Answer
+from otel_mcp_replay.runtime import Runtime
+
+if TYPE_CHECKING:
+    from otel_mcp_replay.patches.http_send import HttpClient
+
+
+@dataclass(eq=False)
+class SseStream:
+    """One legacy-SSE connection: its GET stream carries the answers to the calls POSTed to the
+    message endpoint it announced, and the declaration of its URL governs them."""
+
+    declaration: Declaration
+    endpoint: str  # the declared label, else the origin of the URL the app connected to
+
+
+def watch_event_stream(
+    rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any, call: ToolCall | None
+) -> Any:
+    """`response`, a GET's, with its event stream watched (see the module's rule)."""
+    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+    if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
+        return response
+    get_url = str(request.url)
+    declaration = rt.servers.resolve(get_url)
+    stream = SseStream(declaration, declaration.label or rt.origin(get_url))
+    stream_id, waiting = id(stream), rt.sse_waiting
+
+    def on_endpoint(path: str) -> None:
+        try:
+            post_url = str(http.module.URL(urljoin(get_url, path)))
+        except Exception:  # not a URL: nothing will be POSTed there that we could know
+            return
+        rt.sse_streams.setdefault(client, {})[post_url] = stream
+
+    def on_answer(request_id: object, kind: Answer) -> None:
+        waiter = waiting.pop((stream_id, request_id), None)
+        if waiter is not None:
+            waiter.answered(kind)
+        elif call is not None and call.declaration is not None and request_id == call.request_id:
+            call.answered(kind)  # the answer on the stream the client resumed for this call
+
+    def on_end(error: BaseException | None) -> None:
+        for key in [key for key in waiting if key[0] == stream_id]:
+            waiting.pop(key).stream_ended()
+        posts = rt.sse_streams.get(client)
+        if posts is not None:
+            for post_url in [u for u, s in posts.items() if s is stream]:
+                del posts[post_url]
+
+    response.stream = http.watch(response.stream, on_answer, on_end, on_endpoint)
+    return response
