@@ -177,18 +177,19 @@ class Attempt:
         self.span.set_attributes(attributes)
         self.span.end(end_time=self.ended_ns or None)
         permission = self.permission
-        call.rows.append(
-            AttemptRow(
-                status=outcome.status,
-                failure=outcome.failure or "",
-                effect=outcome.effect,
-                permission="first" if permission is None else permission.by,
-                wait_ms=self.wait_ms,
-            )
-        )
-        call.runtime.instruments.count_attempt(
-            call.tool, outcome.failure, permission, self.declined, self.wait_ms if self.repeated else None
-        )
+        by = "first" if permission is None else permission.by
+        call.rows.append(AttemptRow(outcome.status, outcome.failure or "", outcome.effect, by, self.wait_ms))
+        metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: call.tool}
+        if outcome.failure is not None:
+            metric[t.FAILURE] = outcome.failure
+        if permission is not None:
+            metric[t.PERMISSION_BY] = permission.by
+        if self.declined is not None:
+            metric[t.DECLINED] = self.declined
+        instruments = call.runtime.instruments
+        instruments.attempts.add(1, metric)
+        if self.repeated:
+            instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: call.tool})
 
 
 class ToolCall:
@@ -253,12 +254,8 @@ class ToolCall:
             attributes[t.PERMISSION_ON] = permission.on
             if permission.assumes is not None:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
-        span = self.runtime.tracer.start_span(
-            f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}",
-            context=self.context,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-        )
+        name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
+        span = self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
         self.attempt = Attempt(self, permission, span)
         return self.attempt
 

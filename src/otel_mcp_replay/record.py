@@ -5,17 +5,19 @@ holds a number, a bool, one of this library's own words, the endpoint's declared
 origin, the tool's name or the request id. Anything else in a record (a key nobody listed, a word
 outside its set, a URL with a path, ragged columns, a value of an unexpected type) refuses it
 whole: it is never trimmed into something it did not say. Values are read as data: only exact
-built-in types are accepted, so no method a filing carries ever runs.
+built-in types are accepted, so no method a filing carries ever runs. The records this library
+filed are vouched for (`Vouches`), so the redaction need not check them again.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from gc import get_referents as _referents
 from itertools import repeat
 from operator import countOf, is_
-from typing import Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
@@ -296,3 +298,55 @@ def build_record(
         policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
     )
     return _read(record)
+
+
+class Vouches:
+    """The records this library filed, as the SDK stored them.
+
+    build_record's record passed the allow-list at build. Once the SDK has stored it on an event,
+    in a BoundedAttributes it made immutable, it cannot change: the redaction may read it back
+    without checking its cells again (a full record's 500 cells cost more than the rest of a span's
+    redaction). Only the very object vouched for is trusted: the weak reference proves that the id
+    still names it. Any other record, whoever wrote it, is checked whole.
+    """
+
+    __slots__ = ("_by_id", "active")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, weakref.ReferenceType[BoundedAttributes]] = {}
+        # Vouching starts when a redaction wrapper is built: with no redaction in the process,
+        # nobody reads a vouch, so filing a record does not pay for one.
+        self.active = False
+
+    def vouch(self, stored: object, built: Mapping[str, object]) -> bool:
+        """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when
+        it holds exactly `built` (the SDK cuts values past its length limit and drops keys past its
+        count limit: such a record is left to the whole check, which refuses it). For
+        `file` only, right after it added `built`, unchanged, to the call's span."""
+        if type(stored) is not BoundedAttributes or stored.copy() != built:
+            return False  # exact built-in values on both sides: the comparison runs no filer code
+        key, by_id = id(stored), self._by_id
+
+        def forget(_ref: weakref.ReferenceType[BoundedAttributes]) -> None:
+            by_id.pop(key, None)  # runs when `stored` dies, before its id can name anything else
+
+        by_id[key] = weakref.ref(stored, forget)
+        return True
+
+    def file(self, span: Any, record: Mapping[str, AttributeValue]) -> None:
+        """Add build_record's `record` to the call's span, vouched for as the SDK stored it."""
+        span.add_event(t.RECORD_EVENT, record)
+        if self.active:
+            events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
+            if events:
+                self.vouch(events[-1].attributes, record)
+
+    def record(self, raw: object) -> dict[str, AttributeValue] | None:
+        """A fresh copy of `raw` when it is a record this library vouched for, else None."""
+        ref = self._by_id.get(id(raw))
+        if ref is None or ref() is not raw:
+            return None
+        return cast("BoundedAttributes", raw).copy()  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self._by_id)

@@ -15,23 +15,20 @@ import functools
 import logging
 import random
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
 from opentelemetry.trace import Tracer
-from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, origin_of
 from otel_mcp_replay.guard import RepeatGuard
-from otel_mcp_replay.law import Permission
 from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.record import Vouches
 from otel_mcp_replay.settings import Settings
-from otel_mcp_replay.telemetry import DeclinedReason, FailureKind
 
 logger = logging.getLogger("otel_mcp_replay")
 
@@ -44,26 +41,6 @@ class Instruments:
     wait: Histogram
     calls: Counter
     records_refused: Counter
-
-    def count_attempt(
-        self,
-        tool: str,
-        failure: FailureKind | None,
-        permission: Permission | None,
-        declined: DeclinedReason | None,
-        waited_ms: int | None,
-    ) -> None:
-        """One attempt ended; `waited_ms` is the wait before its repeat (None: no repeat followed)."""
-        attributes: dict[str, str] = {t.GEN_AI_TOOL_NAME: tool}
-        if failure is not None:
-            attributes[t.FAILURE] = failure
-        if permission is not None:
-            attributes[t.PERMISSION_BY] = permission.by
-        if declined is not None:
-            attributes[t.DECLINED] = declined
-        self.attempts.add(1, attributes)
-        if waited_ms is not None:
-            self.wait.record(waited_ms / 1000.0, {t.GEN_AI_TOOL_NAME: tool})
 
     @classmethod
     def on(cls, meter: Meter) -> Instruments:
@@ -113,66 +90,6 @@ class Runtime:
     session_endpoints: weakref.WeakKeyDictionary[object, tuple[Declaration, str]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
-
-
-class Vouches:
-    """The records this library filed, as the SDK stored them.
-
-    build_record's record passed the allow-list at build. Once the SDK has stored it on an event,
-    in a BoundedAttributes it made immutable, it cannot change: the redaction may read it back
-    without checking its cells again (a full record's 500 cells cost more than the rest of a span's
-    redaction). Only the very object vouched for is trusted: the weak reference proves that the id
-    still names it. Any other record, whoever wrote it, is checked whole.
-    """
-
-    __slots__ = ("_by_id", "active")
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, weakref.ReferenceType[BoundedAttributes]] = {}
-        # Vouching starts when a redaction wrapper is built: with no redaction in the process,
-        # nobody reads a vouch, so filing a record does not pay for one.
-        self.active = False
-
-    def vouch(self, stored: object, built: Mapping[str, object]) -> bool:
-        """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when
-        it holds exactly `built` (the SDK cuts values past its length limit and drops keys past its
-        count limit: such a record is left to the whole check, which refuses it). For
-        `file` only, right after it added `built`, unchanged, to the call's span."""
-        if type(stored) is not BoundedAttributes or stored.copy() != built:
-            return False  # exact built-in values on both sides: the comparison runs no filer code
-        key, by_id = id(stored), self._by_id
-
-        def forget(_ref: weakref.ReferenceType[BoundedAttributes]) -> None:
-            by_id.pop(key, None)  # runs when `stored` dies, before its id can name anything else
-
-        by_id[key] = weakref.ref(stored, forget)
-        return True
-
-    def file(self, span: Any, record: Mapping[str, AttributeValue]) -> None:
-        """Add build_record's `record` to the call's span, vouched for as the SDK stored it."""
-        span.add_event(t.RECORD_EVENT, record)
-        if self.active:
-            events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none
-            if events:
-                self.vouch(events[-1].attributes, record)
-
-    def record(self, raw: object) -> dict[str, AttributeValue] | None:
-        """A fresh copy of `raw` when it is a record this library vouched for, else None."""
-        ref = self._by_id.get(id(raw))
-        if ref is None or ref() is not raw:
-            return None
-        return cast("BoundedAttributes", raw).copy()  # type: ignore[return-value]
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-
-def seen_streamable(rt: Runtime, session: object) -> None:
-    """`session` speaks streamable HTTP: remembered while it lives."""
-    key = id(session)
-    if key not in rt.streamable_sessions:
-        rt.streamable_sessions.add(key)
-        weakref.finalize(session, rt.streamable_sessions.discard, key)
 
 
 class Process:

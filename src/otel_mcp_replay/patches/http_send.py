@@ -11,6 +11,7 @@ A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -38,7 +39,7 @@ from otel_mcp_replay.law import (
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
-from otel_mcp_replay.runtime import Runtime, seen_streamable
+from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 _MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
@@ -192,7 +193,7 @@ async def _tool_series(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
         )
         if streamable and sse is None and call.scope is not None and call.session is not None:
-            seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
+            _seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
         matched = sse is not None or streamable
         entry = declaration.tools.get(target.tool) if target.tool else None
         if (declaration.policy == "app-authorized" and not matched) or (
@@ -384,3 +385,11 @@ def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: st
 
 
 # -- the SSE transport's GET stream: where its answers arrive --
+
+
+def _seen_streamable(rt: Runtime, session: object) -> None:
+    """`session` speaks streamable HTTP: remembered while it lives."""
+    key = id(session)
+    if key not in rt.streamable_sessions:
+        rt.streamable_sessions.add(key)
+        weakref.finalize(session, rt.streamable_sessions.discard, key)
