@@ -210,7 +210,6 @@ class Outcome(NamedTuple):
 
 NOT_SENT: Final = Outcome(0, "network", "none")  # the connection was never made: nothing can have run
 NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
-PENDING: Final = Outcome(0, None, None)  # not yet known
 
 
 def classify(
