@@ -87,9 +87,10 @@ async def send(
             return watch_event_stream(rt, http, instance, request, response, CURRENT_CALL.get())
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
-    url = str(request.url)
-    # A message POST of a legacy-SSE connection: to the endpoint its GET stream announced.
-    sse = rt.sse_streams.get(instance, {}).get(url) if rt.sse_streams else None
+    sse: SseStream | None = None
+    if rt.sse_streams:  # a message POST of a legacy-SSE connection: to the endpoint its stream announced
+        posts = rt.sse_streams.get(instance)
+        sse = posts.get(str(request.url)) if posts else None
     accept, content_type = _accept_and_content_type(request.headers)
     # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
     streamable = b"text/event-stream" in accept and b"application/json" in accept
@@ -102,6 +103,7 @@ async def send(
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
     rest = dict(kwargs)
     rest.pop("request", None)
+    url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else rt.servers.resolve(url)
 
