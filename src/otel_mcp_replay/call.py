@@ -320,7 +320,10 @@ class ToolCall:
     def completed(self, result: Any) -> None:
         """The SDK returned `result`: settle, file the record, end the span."""
         self.abandon()
-        self._file("tool-error" if getattr(result, "is_error", False) is True else "completed", False)
+        is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
+        if is_error is None:
+            is_error = getattr(result, "isError", False)
+        self._file("tool-error" if is_error is True else "completed", False)
         if self.fingerprint is not None and self.runtime.guard is not None:
             self.runtime.guard.forget(self.fingerprint)
         self.span.end()

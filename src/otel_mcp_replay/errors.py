@@ -7,8 +7,23 @@ working; no message carries a value from the call (no arguments, no endpoint pat
 
 from __future__ import annotations
 
-from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
+from typing import TYPE_CHECKING, Any, Final
+
+from otel_mcp_replay.lines import LINE
+
+if TYPE_CHECKING:  # checked against 2.x; at run time, whichever line is installed
+    from mcp.shared.exceptions import MCPError
+else:
+    MCPError = LINE.error_base()  # `McpError` on 1.x
+
+# JSON-RPC's codes, the same on both lines (mcp_types on 2.x, mcp.types on 1.x).
+CONNECTION_CLOSED: Final = -32000
+INVALID_REQUEST: Final = -32600
+INTERNAL_ERROR: Final = -32603
+
+
+def _init(error: MCPError, code: int, message: str, data: Any = None) -> None:
+    MCPError.__init__(error, *LINE.error_args(code, message, data))
 
 
 class UnknownEffectError(MCPError):
@@ -18,7 +33,8 @@ class UnknownEffectError(MCPError):
     """
 
     def __init__(self, tool: str) -> None:
-        super().__init__(
+        _init(
+            self,
             CONNECTION_CLOSED,
             f"The tool call {tool!r} failed without an answer, so it MAY HAVE RUN on the server. "
             "Do not call it again as it is: first check whether it took effect.",
@@ -33,7 +49,8 @@ class ReplayUnavailableError(MCPError):
     """
 
     def __init__(self, tool: str) -> None:
-        super().__init__(
+        _init(
+            self,
             INVALID_REQUEST,
             f"The tool call {tool!r} was not sent, so it did not run: the app-authorized replay policy "
             "needs a connection whose answers can be matched to their requests (streamable HTTP, or an "
@@ -49,7 +66,8 @@ class RepeatRefusedError(MCPError):
     """
 
     def __init__(self, tool: str) -> None:
-        super().__init__(
+        _init(
+            self,
             INVALID_REQUEST,
             f"The tool call {tool!r} was not sent: the same call failed moments ago and MAY HAVE RUN. "
             "Check whether it took effect before calling it again; to repeat it deliberately, call it "
@@ -66,5 +84,5 @@ class RefusedError(MCPError):
     """
 
     def __init__(self, status: int) -> None:
-        super().__init__(INTERNAL_ERROR, f"The server refused the request: HTTP {status}", {"status": status})
+        _init(self, INTERNAL_ERROR, f"The server refused the request: HTTP {status}", {"status": status})
         self.status = status

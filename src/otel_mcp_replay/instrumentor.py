@@ -22,8 +22,9 @@ from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay.config import resolve
 from otel_mcp_replay.guard import RepeatGuard
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import http_send, session, stdio
+from otel_mcp_replay.patches import carrier, http_send, session, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime
@@ -33,19 +34,27 @@ from otel_mcp_replay.version import __version__
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
-    import httpx2
-
-    return [
-        (
-            "httpx2",
-            "AsyncClient.send",
-            functools.partial(http_send.send, rt, http_send.HttpClient.of(httpx2)),
-        ),
+    http = http_send.HttpClient.of(importlib.import_module(LINE.http), LINE.synthetic_status)
+    seams: list[tuple[str, str, Callable[..., Any]]] = [
+        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
-        # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
-        ("mcp.client.client", "stdio_client", stdio.stdio_client),
     ]
+    if LINE.carries_context:
+        # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
+        seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
+    else:  # 1.x: the call is carried to the task that POSTs it
+        seams.append(
+            ("mcp.client.session", "ClientSession.__init__", functools.partial(carrier.session_init, rt))
+        )
+        seams.append(
+            (
+                "mcp.client.streamable_http",
+                "StreamableHTTPTransport.post_writer",
+                functools.partial(carrier.post_writer, rt),
+            )
+        )
+    return seams
 
 
 class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]

@@ -83,6 +83,8 @@ class Runtime:
     # Ids of live sessions seen speaking streamable HTTP: no call of theirs needs ending by the
     # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
     streamable_sessions: set[int] = field(default_factory=set)
+    # mcp 1.x: messages sent during a call, by id, with that call (patches/carrier.py).
+    carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files

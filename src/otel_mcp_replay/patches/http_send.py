@@ -58,8 +58,10 @@ class HttpClient:
     # Never sent: the connection was not made, so the server cannot have run anything.
     not_sent: tuple[type[BaseException], ...]
 
+    synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
+
     @classmethod
-    def of(cls, module: ModuleType) -> HttpClient:
+    def of(cls, module: ModuleType, synthetic_status: int = 599) -> HttpClient:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -67,7 +69,7 @@ class HttpClient:
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, not_sent)
+        return cls(module, watch, not_sent, synthetic_status)
 
 
 async def send(
@@ -383,7 +385,8 @@ def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: st
         "id": request_id,
         "error": {"code": -32000, "message": f"otel-mcp-replay: {why}"},
     }
-    return http.module.Response(599, json=body, headers={"content-type": "application/json"}, request=request)
+    headers = {"content-type": "application/json"}
+    return http.module.Response(http.synthetic_status, json=body, headers=headers, request=request)
 
 
 # -- the SSE transport's GET stream: where its answers arrive --

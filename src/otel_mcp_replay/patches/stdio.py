@@ -9,18 +9,21 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import wrapt
-from mcp_types import JSONRPCRequest
 
 from otel_mcp_replay.call import CURRENT_CALL
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
+
+_REQUEST: Any = LINE.jsonrpc_request()
 
 
 class _OutboundWatch(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     async def send(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, JSONRPCRequest) and message.method == TOOLS_CALL_METHOD:
+        message: Any = getattr(item, "message", None)
+        message = getattr(message, "root", message)  # 1.x wraps it in a RootModel
+        if isinstance(message, _REQUEST) and message.method == TOOLS_CALL_METHOD:
             call = CURRENT_CALL.get()
-            params = message.params or {}
+            params = getattr(message, "params", None) or {}
             if call is not None and call.request_id is None and params.get("name") == call.tool:
                 call.request_id = message.id
         await self.__wrapped__.send(item)

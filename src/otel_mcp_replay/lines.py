@@ -1,0 +1,54 @@
+"""The mcp line installed, and the few things the plugin's seams do differently on each.
+
+The rule: what differs between mcp 1.x (HTTP through `httpx`) and 2.x (through `httpx2`) is said
+here and nowhere else (docs/mcp-lines.md has the facts, read from each line's sources). The line is
+told by the installed mcp's version, never by which HTTP library imports: the 1.x environment of
+langchain-mcp-adapters has httpx2 installed too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Line:
+    major: int  # 1 or 2
+    http: str  # the HTTP client library's module
+    # 1.x runs each POST in a task its transport started: the call rides there by a carrier.
+    carries_context: bool
+    # A synthetic JSON-RPC error answer's HTTP status: 1.x tears the session down on any non-2xx
+    # (then the error body is read as the request's answer only with a 200); 2.x reads the body of
+    # an error status as its answer.
+    synthetic_status: int
+
+    def error_base(self) -> type[Exception]:
+        """The installed line's own error class: the plugin's errors subclass it."""
+        exceptions = importlib.import_module("mcp.shared.exceptions")
+        found: type[Exception] = exceptions.MCPError if self.major >= 2 else exceptions.McpError
+        return found
+
+    def error_args(self, code: int, message: str, data: Any = None) -> tuple[Any, ...]:
+        """The arguments its error class takes for (code, message, data)."""
+        if self.major >= 2:
+            return (code, message, data)
+        error_data = importlib.import_module("mcp.types").ErrorData
+        return (error_data(code=code, message=message, data=data),)
+
+    def jsonrpc_request(self) -> type:
+        """The class of an outgoing JSON-RPC request on the session's write stream."""
+        found: type = importlib.import_module("mcp_types" if self.major >= 2 else "mcp.types").JSONRPCRequest
+        return found
+
+
+def installed() -> Line:
+    major = int(version("mcp").split(".", 1)[0])
+    if major >= 2:
+        return Line(major, "httpx2", carries_context=True, synthetic_status=599)
+    return Line(major, "httpx", carries_context=False, synthetic_status=200)
+
+
+LINE = installed()

@@ -1,0 +1,88 @@
+"""mcp 1.x only: carry the call from `call_tool` to the task that POSTs its request.
+
+On 2.x the SDK itself runs each message's sending under the context it was sent from. On 1.x the
+streamable-HTTP transport POSTs from a task it started when it was entered, so the call set in
+`call_tool` is not there. The rule: a message sent on a session's write stream while a call is
+current is remembered with that call (a carrier on the stream `ClientSession.__init__` is given),
+and when the transport's `post_writer` takes it off the stream, that call becomes current in the
+transport's task, before it starts the task that POSTs the message (which copies the context).
+Both seams are class attributes: import order cannot matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import wrapt
+
+from otel_mcp_replay.call import CURRENT_CALL
+from otel_mcp_replay.runtime import Runtime
+
+
+class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """A session's write stream: each message sent during a call is remembered with it."""
+
+    def __init__(self, wrapped: Any, carried: dict[int, tuple[Any, Any]]) -> None:
+        super().__init__(wrapped)
+        self._self_carried = carried
+
+    async def send(self, item: Any) -> None:
+        call = CURRENT_CALL.get()
+        if call is not None:
+            key, carried = id(item), self._self_carried
+            carried[key] = (item, call)
+            call.when_ended(lambda: carried.pop(key, None))
+        await self.__wrapped__.send(item)
+
+
+class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """The transport's end of that stream: the call of each message it takes becomes current."""
+
+    def __init__(self, wrapped: Any, carried: dict[int, tuple[Any, Any]]) -> None:
+        super().__init__(wrapped)
+        self._self_carried = carried
+
+    async def __aenter__(self) -> _Delivering:
+        await self.__wrapped__.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self.__wrapped__.__aexit__(*exc)
+
+    def __aiter__(self) -> _Delivering:
+        return self
+
+    async def __anext__(self) -> Any:
+        item = await self.__wrapped__.__anext__()
+        carried = self._self_carried.pop(id(item), None)
+        CURRENT_CALL.set(carried[1] if carried is not None and carried[0] is item else None)
+        return item
+
+
+def session_init(
+    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`ClientSession(read_stream, write_stream, ...)`: its write stream carries calls."""
+    carrier = _second_replaced(args, kwargs, "write_stream", lambda s: _Carrier(s, rt.carried))
+    return wrapped(*carrier, **kwargs)
+
+
+def post_writer(
+    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`post_writer(client, write_stream_reader, ...)`: each message's call becomes current."""
+    delivering = _second_replaced(args, kwargs, "write_stream_reader", lambda s: _Delivering(s, rt.carried))
+    return wrapped(*delivering, **kwargs)
+
+
+def _second_replaced(
+    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, replace: Callable[[Any], Any]
+) -> tuple[Any, ...]:
+    """The call's positional arguments with the second one (or the keyword `name`) replaced; the
+    keywords are replaced in place."""
+    if len(args) >= 2:
+        return (args[0], replace(args[1]), *args[2:])
+    if name in kwargs:
+        kwargs[name] = replace(kwargs[name])
+    return args

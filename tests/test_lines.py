@@ -1,0 +1,137 @@
+"""The law on either mcp line: the same tests, written against what both lines share
+(`streamable_http_client`, `ClientSession`, the error class each line has), run on mcp 2.x with
+the whole suite and on mcp 1.x in its own environment (scripts/test-mcp1).
+
+The server is each line's own (`MCPServer` on 2.x, `FastMCP` on 1.x, harness/sdk.py); executions
+are counted on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from conftest import Telemetry, attempt_spans, records, the_record
+from harness.faults import DropAfterExecution, Throttle
+from harness.server import ServerHandle
+from otel_mcp_replay import UnknownEffectError
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.lines import LINE
+
+pytestmark = pytest.mark.anyio
+
+APP = {"search": {"on": ["throttle"]}, "send_email": {"changes": True, "on": ["network"]}}
+
+
+@asynccontextmanager
+async def session_on(server: ServerHandle) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(server.url) as streams,  # 1.x yields a third item
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def is_error(result: Any) -> bool:
+    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))  # 2.x / 1.x
+
+
+def on(instrument: Any, **settings: Any) -> Any:
+    return instrument(skip_dep_check=True, **settings)  # the instruments extra names 2.x only, yet
+
+
+async def test_a_429_is_repeated_by_the_apps_permission(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    server.faults.add("search", Throttle("0"))
+    async with session_on(server) as session:
+        with anyio.fail_after(10):
+            result = await session.call_tool("search", {"query": "q"})
+    assert not is_error(result)
+    assert server.counters.executions("search") == 1
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (429, 200)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert (record[t.VERDICT], record[t.EFFECT]) == ("completed", "unknown")
+    first, second = attempt_spans(telemetry)
+    assert (second.attributes or {})[t.PERMISSION_BY] == "app"
+    assert first.parent is not None and second.parent is not None
+    assert first.parent.span_id == second.parent.span_id  # both under the call's span
+
+
+async def test_compatibility_repeats_a_429_on_its_recorded_assumption(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    on(instrument)
+    server.faults.add("search", Throttle("0"))
+    async with session_on(server) as session:
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "q"}))
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "compatibility")
+    assert (attempt_spans(telemetry)[1].attributes or {})[t.PERMISSION_ASSUMES] == "refused-before-execution"
+
+
+async def test_a_changing_tool_cut_after_running_runs_once_and_may_have_run(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    server.faults.add("send_email", DropAfterExecution())
+    async with session_on(server) as session:
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError) as unknown:
+            await session.call_tool("send_email", {"to": "a", "body": "b"})
+        with anyio.fail_after(10):  # only that call failed: the session lives
+            assert not is_error(await session.call_tool("search", {"query": "next"}))
+    assert isinstance(unknown.value, LINE.error_base())
+    assert "may have run" in str(unknown.value).lower()
+    assert server.counters.executions("send_email") == 1
+    sent = next(r for r in records(telemetry) if r[t.GEN_AI_TOOL_NAME] == "send_email")
+    assert (sent[t.VERDICT], sent[t.MAY_HAVE_RUN], sent[t.SENT]) == ("failed", True, 1)
+    assert (attempt_spans(telemetry, sent[t.JSONRPC_REQUEST_ID])[0].attributes or {})[
+        t.DECLINED
+    ] == "changes-without-key"
+
+
+async def test_a_tool_error_is_an_answer(server: ServerHandle, telemetry: Telemetry, instrument: Any) -> None:
+    on(instrument)
+    async with session_on(server) as session:
+        with anyio.fail_after(10):
+            result = await session.call_tool("fail", {})
+    assert is_error(result)
+    record = the_record(telemetry)
+    assert (record[t.VERDICT], record[t.EFFECT]) == ("tool-error", "applied")
+
+
+def test_the_line_is_told_by_the_installed_mcp() -> None:
+    from importlib.metadata import version
+
+    assert LINE.major == int(version("mcp").split(".")[0])
+    assert LINE.http == ("httpx2" if LINE.major >= 2 else "httpx")
+    assert issubclass(UnknownEffectError, LINE.error_base())
+
+
+async def test_concurrent_calls_on_one_session_each_file_their_own_record(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Each attempt is its own call's (on 1.x the call is carried to the task that POSTs it)."""
+    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    for _ in range(3):
+        server.faults.add("search", Throttle("0"))
+    async with session_on(server) as session:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                for query in ("a", "b", "c"):
+                    group.start_soon(session.call_tool, "search", {"query": query})
+    found = records(telemetry)
+    assert len(found) == 3
+    assert len({r[t.JSONRPC_REQUEST_ID] for r in found}) == 3
+    assert all(r[t.ATTEMPTS_PERMISSION] == ("first", "app") for r in found)
+    assert server.counters.executions("search") == 3
