@@ -1,5 +1,6 @@
-"""The law on either mcp line: the same tests, written against what both lines share
-(`streamable_http_client`, `ClientSession`, the error class each line has), run on mcp 2.x with
+"""The law on either mcp line, over streamable HTTP and the legacy SSE transport: the same tests,
+written against what both lines share (`streamable_http_client`, `sse_client`, `ClientSession`,
+the error class each line has), run on mcp 2.x with
 the whole suite and on mcp 1.x in its own environment (scripts/test-mcp1).
 
 The server is each line's own (`MCPServer` on 2.x, `FastMCP` on 1.x, harness/sdk.py); executions
@@ -8,18 +9,19 @@ are counted on it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import Telemetry, attempt_spans, records, the_record
 from harness.faults import DropAfterExecution, Throttle
-from harness.server import ServerHandle
+from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.lines import LINE
@@ -29,12 +31,19 @@ pytestmark = pytest.mark.anyio
 APP = {"search": {"on": ["throttle"]}, "send_email": {"changes": True, "on": ["network"]}}
 
 
+@pytest.fixture(params=["streamable", "sse"])
+def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
+    """Each line's own server, over streamable HTTP and the legacy SSE transport."""
+    with running_server(request.param) as handle:
+        yield handle
+
+
 @asynccontextmanager
 async def session_on(server: ServerHandle) -> AsyncIterator[ClientSession]:
-    async with (
-        streamable_http_client(server.url) as streams,  # 1.x yields a third item
-        ClientSession(streams[0], streams[1]) as session,
-    ):
+    """An initialized session, as each line opens one (`sse_client` and `streamable_http_client`
+    exist on both; the latter yields a third item on 1.x)."""
+    opened = sse_client(server.url) if server.app_kind == "sse" else streamable_http_client(server.url)
+    async with opened as streams, ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
         yield session
 
@@ -58,7 +67,7 @@ async def test_a_429_is_repeated_by_the_apps_permission(
     assert not is_error(result)
     assert server.counters.executions("search") == 1
     record = the_record(telemetry)
-    assert record[t.ATTEMPTS_STATUS] == (429, 200)
+    assert record[t.ATTEMPTS_STATUS] == (429, 202 if server.app_kind == "sse" else 200)
     assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
     assert (record[t.VERDICT], record[t.EFFECT]) == ("completed", "unknown")
     first, second = attempt_spans(telemetry)
@@ -84,7 +93,7 @@ async def test_a_changing_tool_cut_after_running_runs_once_and_may_have_run(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
-    server.faults.add("send_email", DropAfterExecution())
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     async with session_on(server) as session:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError) as unknown:
             await session.call_tool("send_email", {"to": "a", "body": "b"})
@@ -121,8 +130,9 @@ def test_the_line_is_told_by_the_installed_mcp() -> None:
 async def test_concurrent_calls_on_one_session_each_file_their_own_record(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """Each attempt is its own call's (on 1.x the call is carried to the task that POSTs it)."""
-    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    """Each attempt is its own call's (on 1.x the call is carried to the task that POSTs it). The
+    three 429s fall on whichever POSTs come first (the SSE transport sends one at a time)."""
+    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}}, max_attempts=4)
     for _ in range(3):
         server.faults.add("search", Throttle("0"))
     async with session_on(server) as session:
@@ -133,5 +143,7 @@ async def test_concurrent_calls_on_one_session_each_file_their_own_record(
     found = records(telemetry)
     assert len(found) == 3
     assert len({r[t.JSONRPC_REQUEST_ID] for r in found}) == 3
-    assert all(r[t.ATTEMPTS_PERMISSION] == ("first", "app") for r in found)
+    assert all(r[t.VERDICT] == "completed" for r in found)
+    assert sum(len(r[t.ATTEMPTS_STATUS]) for r in found) == 6  # each 429 in the record of its own call
+    assert sorted(status for r in found for status in r[t.ATTEMPTS_STATUS]).count(429) == 3
     assert server.counters.executions("search") == 3

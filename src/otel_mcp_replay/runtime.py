@@ -85,6 +85,8 @@ class Runtime:
     streamable_sessions: set[int] = field(default_factory=set)
     # mcp 1.x: messages sent during a call, by id, with that call (patches/carrier.py).
     carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    # ... and their tools/call requests by (JSON-RPC id, tool), for the legacy SSE transport's POSTs.
+    carried_requests: dict[tuple[Any, str], list[Any]] = field(default_factory=dict)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files

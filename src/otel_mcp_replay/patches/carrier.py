@@ -6,7 +6,9 @@ streamable-HTTP transport POSTs from a task it started when it was entered, so t
 current is remembered with that call (a carrier on the stream `ClientSession.__init__` is given),
 and when the transport's `post_writer` takes it off the stream, that call becomes current in the
 transport's task, before it starts the task that POSTs the message (which copies the context).
-Both seams are class attributes: import order cannot matter.
+The legacy SSE transport POSTs from a closure's task no seam reaches: there the HTTP seam asks
+`carried_call` for the call waiting with the request's id and tool. Both seams are class
+attributes: import order cannot matter.
 """
 
 from __future__ import annotations
@@ -16,24 +18,52 @@ from typing import Any
 
 import wrapt
 
-from otel_mcp_replay.call import CURRENT_CALL
+from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
 class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
-    """A session's write stream: each message sent during a call is remembered with it."""
+    """A session's write stream: each message sent during a call is remembered with it, and a tool
+    call's request by its (id, tool) too, for the legacy SSE transport's POSTs."""
 
-    def __init__(self, wrapped: Any, carried: dict[int, tuple[Any, Any]]) -> None:
+    def __init__(self, wrapped: Any, rt: Runtime) -> None:
         super().__init__(wrapped)
-        self._self_carried = carried
+        self._self_rt = rt
 
     async def send(self, item: Any) -> None:
         call = CURRENT_CALL.get()
         if call is not None:
-            key, carried = id(item), self._self_carried
-            carried[key] = (item, call)
-            call.when_ended(lambda: carried.pop(key, None))
+            rt, key = self._self_rt, id(item)
+            rt.carried[key] = (item, call)
+            call.when_ended(lambda: rt.carried.pop(key, None))
+            request = getattr(getattr(item, "message", None), "root", None)
+            if getattr(request, "method", None) == TOOLS_CALL_METHOD:
+                by_request = (getattr(request, "id", None), call.tool)
+                rt.carried_requests.setdefault(by_request, []).append(call)
+                call.when_ended(lambda: _forget(rt, by_request, call))
         await self.__wrapped__.send(item)
+
+
+def carried_call(rt: Runtime, body: dict[str, Any]) -> ToolCall | None:
+    """The call that sent this tools/call request (the legacy SSE transport POSTs it from a task of
+    its own, where no call is current): the first still waiting with its id and tool. Two sessions
+    sending the very same id and tool at once are told apart by order only."""
+    params = body.get("params")
+    tool = params.get("name") if type(params) is dict else None
+    if type(tool) is not str:
+        return None
+    waiting = rt.carried_requests.get((body.get("id"), tool))
+    return waiting.pop(0) if waiting else None
+
+
+def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
+    waiting = rt.carried_requests.get(key)
+    if waiting is not None:
+        if call in waiting:
+            waiting.remove(call)
+        if not waiting:
+            del rt.carried_requests[key]
 
 
 class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
@@ -64,7 +94,7 @@ def session_init(
     rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """`ClientSession(read_stream, write_stream, ...)`: its write stream carries calls."""
-    carrier = _second_replaced(args, kwargs, "write_stream", lambda s: _Carrier(s, rt.carried))
+    carrier = _second_replaced(args, kwargs, "write_stream", lambda s: _Carrier(s, rt))
     return wrapped(*carrier, **kwargs)
 
 

@@ -37,6 +37,7 @@ from otel_mcp_replay.law import (
     target_of,
 )
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
+from otel_mcp_replay.patches.carrier import carried_call
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
 from otel_mcp_replay.runtime import Runtime
@@ -103,6 +104,8 @@ async def send(
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
+    if call is None and sse is not None and rt.carried_requests:  # mcp 1.x: POSTed from its own task
+        call = carried_call(rt, body)
     rest = dict(kwargs)
     rest.pop("request", None)
     url = str(request.url)
