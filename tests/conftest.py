@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-# LangChain's adapters pin mcp < 2: their test runs in the mcp 1.x environment (scripts/test-mcp1).
+# LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
 collect_ignore = ["test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
 
 

@@ -1,7 +1,7 @@
 """LangChain's world (mcp 1.x): langchain-mcp-adapters' MultiServerMCPClient tools, invoked through
 LangChain's own tool interface (no LLM), against the fault server over streamable HTTP, with
 `instrument()` called after langchain-mcp-adapters was imported. Runs in the mcp 1.x environment
-(scripts/test-mcp1): langchain-mcp-adapters 0.3.2 pins mcp < 2."""
+(scripts/test-lines): langchain-mcp-adapters 0.3.2 pins mcp < 2."""
 
 from __future__ import annotations
 

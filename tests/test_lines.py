@@ -1,7 +1,7 @@
 """The law on either mcp line, over streamable HTTP and the legacy SSE transport: the same tests,
 written against what both lines share (`streamable_http_client`, `sse_client`, `ClientSession`,
 the error class each line has), run on mcp 2.x with
-the whole suite and on mcp 1.x in its own environment (scripts/test-mcp1).
+the whole suite and on mcp 1.30, 1.24 and 2.0, each in its own environment (scripts/test-lines).
 
 The server is each line's own (`MCPServer` on 2.x, `FastMCP` on 1.x, harness/sdk.py); executions
 are counted on it.

@@ -41,8 +41,10 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
     if LINE.carries_context:
-        # `Client(StdioServerParameters(...))` calls the name it imported into its own module.
-        seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
+        # `Client(StdioServerParameters(...))` calls the name it imported into its own module
+        # (mcp >= 2.1; 2.0's Client imports it where it uses it).
+        if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
+            seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
             ("mcp.client.session", "ClientSession.__init__", functools.partial(carrier.session_init, rt))
