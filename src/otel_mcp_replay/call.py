@@ -285,7 +285,8 @@ class ToolCall:
         self._releases.append(release)
 
     def abandon(self) -> None:
-        """The call ended: a series waiting to repeat it stops waiting, and sends nothing more."""
+        """The call ended: a series waiting to repeat it stops waiting and sends nothing more, and
+        an attempt still open is settled as what is known of it."""
         self.abandoned = True
         if self._abandoned_event is not None:
             self._abandoned_event.set()
@@ -293,6 +294,8 @@ class ToolCall:
         if releases is not None:
             for release in releases:
                 release()
+        if self.attempt is not None:
+            self.attempt.abandon()
 
     async def wait_unless_abandoned(self, delay_ms: int) -> bool:
         """Sleep `delay_ms`; False (at once) when the call is abandoned first, or already was."""
@@ -335,12 +338,10 @@ class ToolCall:
         seen: BaseException | None = None
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
         stopped = self.stopped_with
-        if stopped is not None and self.attempt is None and not self.rows:  # refused before sending
+        if stopped is not None and not self.rows:  # refused before anything was sent
             self._file("failed", False)
             seen = None if cancelled else stopped
         else:
-            if self.attempt is not None:
-                self.attempt.abandon()
             # A caller that gave up sees its own cancellation, never "may have run".
             uncertain = self.facts.uncertain and not cancelled
             self._file("failed", uncertain)
@@ -367,8 +368,6 @@ class ToolCall:
     def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
         if self.declaration is None:
             self._without_http(verdict)
-        elif self.attempt is not None:
-            self.attempt.abandon()
         self.facts.settle(verdict, may_have_run)
         declaration = self.declaration or COMPATIBILITY
         effect = self.knowledge.effect

@@ -2,8 +2,9 @@
 
 Every other request of the process passes through untouched after two cheap checks. An MCP POST
 is one made inside a tool call (the call rides the context), one that carries the streamable-HTTP
-transport's Accept header, or one of a client the SSE transport built. A repeat sends the same
-`Request` again: the same body bytes and headers, with the client's auth flow run again for it.
+transport's Accept header, or one to the message endpoint a legacy-SSE stream announced (sse.py).
+A repeat sends the same `Request` again: the same body bytes and headers, with the client's auth
+flow run again for it.
 A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x) and httpx
 (mcp 1.x) alike: what differs is the `HttpClient` bound in with the runtime.
 """
