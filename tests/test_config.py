@@ -197,7 +197,10 @@ def test_the_package_metadata_registers_the_entry_points_and_the_instruments_ext
     assert any(r.startswith("mcp") and "extra == 'instruments'" in r.replace('"', "'") for r in requires)
     # Installing the plugin never changes the app's mcp: it is no runtime dependency.
     assert not [r for r in requires if r.replace(" ", "").startswith("mcp") and "extra" not in r]
-    assert list(McpReplayInstrumentor().instrumentation_dependencies()) == ["mcp >= 2.3, < 3"]
+    assert list(McpReplayInstrumentor().instrumentation_dependencies()) == ["mcp >= 1.24, < 3"]
+    extra = [r for r in requires if r.startswith("mcp") and "extra == 'instruments'" in r.replace('"', "'")]
+    # the same range as package.py
+    assert [r.split(";")[0].replace(" ", "") for r in extra] == ["mcp<3,>=1.24"]
     # Every variable the contract names is in the one constants module.
     for name in (
         "SERVERS",

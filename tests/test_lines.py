@@ -52,14 +52,10 @@ def is_error(result: Any) -> bool:
     return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))  # 2.x / 1.x
 
 
-def on(instrument: Any, **settings: Any) -> Any:
-    return instrument(skip_dep_check=True, **settings)  # the instruments extra names 2.x only, yet
-
-
 async def test_a_429_is_repeated_by_the_apps_permission(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
     server.faults.add("search", Throttle("0"))
     async with session_on(server) as session:
         with anyio.fail_after(10):
@@ -79,7 +75,7 @@ async def test_a_429_is_repeated_by_the_apps_permission(
 async def test_compatibility_repeats_a_429_on_its_recorded_assumption(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    on(instrument)
+    instrument()
     server.faults.add("search", Throttle("0"))
     async with session_on(server) as session:
         with anyio.fail_after(10):
@@ -92,7 +88,7 @@ async def test_compatibility_repeats_a_429_on_its_recorded_assumption(
 async def test_a_changing_tool_cut_after_running_runs_once_and_may_have_run(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
     server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     async with session_on(server) as session:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError) as unknown:
@@ -110,7 +106,7 @@ async def test_a_changing_tool_cut_after_running_runs_once_and_may_have_run(
 
 
 async def test_a_tool_error_is_an_answer(server: ServerHandle, telemetry: Telemetry, instrument: Any) -> None:
-    on(instrument)
+    instrument()
     async with session_on(server) as session:
         with anyio.fail_after(10):
             result = await session.call_tool("fail", {})
@@ -132,7 +128,7 @@ async def test_concurrent_calls_on_one_session_each_file_their_own_record(
 ) -> None:
     """Each attempt is its own call's (on 1.x the call is carried to the task that POSTs it). The
     three 429s fall on whichever POSTs come first (the SSE transport sends one at a time)."""
-    on(instrument, servers={server.url: {"policy": "app-authorized", "tools": APP}}, max_attempts=4)
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}}, max_attempts=4)
     for _ in range(3):
         server.faults.add("search", Throttle("0"))
     async with session_on(server) as session:
