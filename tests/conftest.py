@@ -14,6 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from harness.client import ERAS
+
 # LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
 collect_ignore = ["test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
 
@@ -61,9 +63,10 @@ class Telemetry:
         return out
 
 
-@pytest.fixture(params=["legacy", "2026-07-28"])
+@pytest.fixture(params=ERAS)
 def mode(request: pytest.FixtureRequest) -> str:
-    """Both protocol eras: session ids (legacy) and per-message headers (2026-07-28)."""
+    """Each protocol era the installed line speaks: session ids (legacy) and, on 2.x, per-message
+    headers (2026-07-28)."""
     return str(request.param)
 
 
