@@ -86,3 +86,40 @@ def test_the_built_wheel_holds_only_the_plugin(tmp_path: Path) -> None:
         names = wheel.namelist()
         assert_plugin_only(names, lambda name: wheel.read(name).decode())
     assert {name for name in names if name.startswith(f"{PACKAGE}/")} == files_in_source_tree()
+
+
+@pytest.mark.parametrize("extra", ["", "[instruments]"])
+def test_installing_the_wheel_keeps_the_apps_mcp(tmp_path: Path, extra: str) -> None:
+    """pip, asked to install the built wheel (alone, and with its `instruments` extra) into this
+    environment, would install nothing of mcp: whichever line the app has (this test runs on mcp 2.3
+    and, in scripts/test-lines, next to LangChain's adapters on mcp 1.30) stays as it is."""
+    import json
+    import subprocess
+    from importlib.metadata import version
+
+    wheel_builder = pytest.importorskip(
+        "hatchling.builders.wheel", reason="hatchling (in the test extra) builds the wheel"
+    )
+    (built,) = wheel_builder.WheelBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            str(report),
+            built + extra,
+        ],
+        check=True,
+        timeout=300,
+    )
+    installs = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert "mcp" not in installs, f"pip would change mcp {version('mcp')} to {installs.get('mcp')}"
+    assert "otel-mcp-replay" in installs  # the report is of this wheel's install
