@@ -260,6 +260,11 @@ async def _tool_series(
             rt.sse_waiting.pop(key, None)
         raise
     response, error = last
+    if call.abandoned and streamable and key is None and response is not None and response.status_code >= 300:
+        # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
+        # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
+        await response.aclose()
+        return http.module.Response(202, request=request)
     if final.status == 0 and error is not None and declaration.policy == "app-authorized":
         # Fail this call, not the session: the SDK would tear the whole transport down.
         if key is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
