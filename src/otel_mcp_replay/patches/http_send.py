@@ -61,9 +61,12 @@ class HttpClient:
     not_sent: tuple[type[BaseException], ...]
 
     synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
+    resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
 
     @classmethod
-    def of(cls, module: ModuleType, synthetic_status: int = 599) -> HttpClient:
+    def of(
+        cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
+    ) -> HttpClient:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -71,7 +74,7 @@ class HttpClient:
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, not_sent, synthetic_status)
+        return cls(module, watch, not_sent, synthetic_status, resolves_lost_answers)
 
 
 async def send(
@@ -200,7 +203,13 @@ async def _tool_series(
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
         )
-        if streamable and sse is None and call.scope is not None and call.session is not None:
+        if (
+            streamable
+            and sse is None
+            and call.scope is not None
+            and call.session is not None
+            and http.resolves_lost_answers
+        ):
             _seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
         matched = sse is not None or streamable
         entry = declaration.tools.get(target.tool) if target.tool else None
