@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from harness.faults import FaultPlan
 from harness.receiver import OtlpReceiver, SpanDict, format_trace_tree
+from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
@@ -75,7 +76,11 @@ _SHOWN: Final = (
 _LEGEND: Final = """\
   tools/call <tool>            the call (this plugin); its record: verdict, effect, one row per attempt
   mcp.replay.attempt <tool>    one HTTP attempt: status, failure, what allowed it, effect, wait after
-  MCP send <method>            the mcp SDK's own span; POST: the httpx2 instrumentation's"""
+""" + (
+    "  MCP send <method>            the mcp SDK's own span; POST: the httpx2 instrumentation's"
+    if LINE == 2
+    else "  POST                         the httpx instrumentation's (mcp 1.x makes no spans of its own)"
+)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ collector (rotel's `rotel-agent`, the Rust OTLP collector the `rotel` package bu
 that decodes the protobuf and keeps the raw bytes.
 
 One run (module fixture) is read by several tests: the contract's attributes on attempt spans and
-records; one trace per call holding the plugin's, the mcp SDK's and the httpx2 instrumentor's spans;
-the servers' own counters against the records; and nothing secret on the wire. Then the demo
+records; one trace per call holding the plugin's, the mcp SDK's and the HTTP client instrumentor's
+spans; the servers' own counters against the records; and nothing secret on the wire. Then the demo
 module as a user runs it, and the example config as a file the plugin reads.
+
+Both mcp lines run it (the agent opens its client per line). Where they differ, the test says so:
+mcp 1.x makes no spans of its own (no `MCP send` span), and its HTTP client is `httpx`, not `httpx2`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pytest
 
 from harness import run as demo
 from harness.receiver import OtlpReceiver, SpanDict
+from harness.sdk import LINE
 from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
@@ -173,7 +177,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: json.dumps(declared),
                     ev.OTEL_PYTHON_MCP_REPLAY_SESSION_KEY: SESSION_KEY,
                     "MCP_DEMO_MODE": "legacy",  # the initialize handshake: a session id on every POST
-                    # Have the httpx2 instrumentor record the session header, so hashing it is tested.
+                    # Have the HTTP client's instrumentor record the session header, so hashing it is tested.
                     "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": "mcp-session-id",
                     "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_RESPONSE": "mcp-session-id",
                 }
@@ -318,19 +322,22 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
     assert second[t.PERMISSION_ASSUMES] == "refused-before-execution"
 
 
-def test_each_call_is_one_trace_with_the_sdk_and_httpx2_spans(run: Run) -> None:
+def test_each_call_is_one_trace_with_the_sdk_and_http_client_spans(run: Run) -> None:
     for call in calls(run).values():
         record = record_of(call)
         tool, request_id = record[t.GEN_AI_TOOL_NAME], record[t.JSONRPC_REQUEST_ID]
         assert call["name"] == f"tools/call {tool}" and call["scope"] == t.INSTRUMENTATION_NAME
         assert call["attributes"][t.JSONRPC_REQUEST_ID] == request_id
         trace = [s for s in run.spans if s["trace_id"] == call["trace_id"]]
-        # The mcp SDK's own client span for this request, in the same trace, under the call.
-        (sdk,) = [s for s in trace if s["name"] == f"MCP send tools/call {tool}"]
-        assert sdk["scope"] == SDK_SCOPE and sdk["kind"] == "CLIENT"
-        assert sdk["attributes"]["jsonrpc.request.id"] == request_id
-        assert sdk["parent_span_id"] == call["span_id"]
-        # Each attempt: an INTERNAL child of the call, with exactly one httpx2 POST span under it.
+        if LINE == 1:  # mcp 1.x has no OpenTelemetry: no span of its own
+            assert not [s for s in trace if s["scope"] == SDK_SCOPE]
+        else:  # the mcp SDK's own client span for this request, in the same trace, under the call
+            (sdk,) = [s for s in trace if s["name"] == f"MCP send tools/call {tool}"]
+            assert sdk["scope"] == SDK_SCOPE and sdk["kind"] == "CLIENT"
+            assert sdk["attributes"]["jsonrpc.request.id"] == request_id
+            assert sdk["parent_span_id"] == call["span_id"]
+        # Each attempt: an INTERNAL child of the call, with exactly one POST span of the HTTP client
+        # instrumentor (httpx2's on mcp 2.x, httpx's on 1.x) under it.
         attempt_spans = [s for s in children(run, call) if s["name"].startswith(t.ATTEMPT_SPAN_PREFIX)]
         assert len(attempt_spans) == record[t.SENT]
         for attempt in attempt_spans:
@@ -359,7 +366,7 @@ def test_no_argument_value_key_or_raw_session_id_crosses_the_wire(run: Run) -> N
         assert value.encode() not in run.raw, value
     for session_id in run.session_ids:
         assert session_id.encode() not in run.raw
-    # The httpx2 instrumentor did record the session header: it arrived hashed.
+    # The HTTP client's instrumentor did record the session header: it arrived hashed.
     hashed = {session_hash(s) for s in run.session_ids}
     captured = [
         value
@@ -403,10 +410,13 @@ def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
         "call: verdict failed · effect unknown · sent 1 · may have run: yes",
         "no repeat: changes-without-key",
         "repeat allowed by compatibility on throttle, assuming refused-before-execution",
-        "MCP send tools/call charge",
         "POST  [client",
     ):
         assert line in out, line
+    if LINE == 1:  # mcp 1.x makes no spans of its own; its HTTP client is httpx
+        assert "MCP send" not in out and "the httpx instrumentation's" in out
+    else:
+        assert "MCP send tools/call charge" in out and "the httpx2 instrumentation's" in out
     trees = out[out.index("The trace of each tool call") :]
     assert "{" not in trees  # words, not JSON
     assert out.count("\ntrace ") == 4

@@ -20,7 +20,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import Telemetry, attempt_spans, records, the_record
-from harness.faults import DropAfterExecution, Throttle
+from harness.faults import DropAfterExecution, DropMidBody, Fault, SseWithoutAnswer, Status, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
@@ -143,3 +143,50 @@ async def test_concurrent_calls_on_one_session_each_file_their_own_record(
     assert sum(len(r[t.ATTEMPTS_STATUS]) for r in found) == 6  # each 429 in the record of its own call
     assert sorted(status for r in found for status in r[t.ATTEMPTS_STATUS]).count(429) == 3
     assert server.counters.executions("search") == 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "runs"),
+    [(SseWithoutAnswer(run_tool=True), 1), (DropMidBody(), 1), (Status(202), 0)],
+    ids=["no-answer", "cut", "accepted"],
+)
+async def test_a_2xx_that_never_brings_its_answer_fails_the_call_as_may_have_run(
+    fault: Fault, runs: int, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A 200 event stream ends (cleanly, or cut) without the answer, or a 202 answers the request.
+    mcp 2.x fails that request itself; mcp 1.x would leave the call waiting for ever
+    (docs/mcp-lines.md), so there the plugin ends it: either way the caller gets UnknownEffectError
+    (the plugin cannot know the tool did not run), and the session lives."""
+    with running_server("streamable") as server:
+        instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
+        server.faults.add("search", fault)
+        async with session_on(server) as session:
+            with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+                await session.call_tool("search", {"query": "q"})
+            with anyio.fail_after(10):
+                assert not is_error(await session.call_tool("search", {"query": "next"}))
+        assert server.counters.executions("search") == runs + 1
+    lost = records(telemetry)[0]
+    assert (lost[t.VERDICT], lost[t.MAY_HAVE_RUN], lost[t.SENT]) == ("failed", True, 1)
+    assert lost[t.EFFECT] == "unknown"
+
+
+async def test_a_caller_giving_up_in_a_retry_after_wait_leaves_the_session_alive(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    """Streamable HTTP: the caller gives up while the plugin waits out a 429's Retry-After: nothing
+    more is sent, and the refusal is handed to no one (mcp 1.x would tear the session down with it,
+    under its other calls)."""
+    with running_server("streamable") as server:
+        instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
+        server.faults.add("search", Throttle("1"))
+        async with session_on(server) as session:
+            with anyio.move_on_after(0.3) as waiting:
+                await session.call_tool("search", {"query": "given up"})
+            assert waiting.cancelled_caught
+            await anyio.sleep(0.2)  # the wait has ended: whatever the SDK was handed, it has it
+            with anyio.fail_after(10):
+                assert not is_error(await session.call_tool("search", {"query": "next"}))
+        assert server.counters.tool_posts("search") == 2  # the refused one, and the next call's
+    given_up = records(telemetry)[0]
+    assert (given_up[t.VERDICT], given_up[t.SENT], given_up[t.ATTEMPTS_STATUS]) == ("failed", 1, (429,))

@@ -1,11 +1,16 @@
 """The reliability suite: what the plugin promises, under randomized faults and abuse.
 
 - Randomized fault schedules over the real server and a real TCP proxy, across both policies and
-  both protocol eras, tools with and without `changes` and keys. Ground truth is the server's
+  the protocol eras the installed mcp line speaks (harness/client.py ERAS), tools with and without
+  `changes` and keys. Ground truth is the server's
   (POSTs and executions per request id); the invariants are checked for every call.
 - The OTLP exporter down (refusing, hanging): the app's calls are unaffected.
 - 100 instrument/uninstrument cycles while calls run: no crash, no leftover patch.
 (Fuzzed declarations and environment values: test_fuzz_config.py.)
+
+Both mcp lines run it (scripts/test-lines: 1.30). Where the SDKs differ, the suite says so once:
+what tears a session down (REFUSAL_TEARS_DOWN: on 1.x any 4xx/5xx the SDK is handed), and the
+error class, client and HTTP library (harness/client.py). The invariants on the plugin are the same.
 
 Seeds: every schedule is drawn from one seed, printed by the test (shown with a failure) and
 written into every violation. `OTEL_MCP_REPLAY_RELIABILITY_SEED=<int>` replays a run. The quick
@@ -29,18 +34,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-import httpx2
-import mcp.client.client
 import mcp.client.sse
 import mcp.client.stdio
+import mcp.client.streamable_http
 import pytest
-from mcp import Client, ClientSession
-from mcp.shared.exceptions import MCPError
+from mcp import ClientSession
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from conftest import Telemetry, records
+from harness.client import ERAS, Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
@@ -54,6 +58,7 @@ from harness.faults import (
 )
 from harness.proxy import TcpProxy
 from harness.receiver import OtlpReceiver
+from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import McpReplayInstrumentor, UnknownEffectError
 from otel_mcp_replay import runtime as _runtime
@@ -64,18 +69,35 @@ if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
 
 pytestmark = pytest.mark.anyio
 
-# The originals, taken at import (collection), before any test instruments anything.
+# The originals, taken at import (collection), before any test instruments anything: every function
+# the plugin wraps on the installed line (instrumentor._seams), and the transports' entry points.
 ORIGINALS: dict[str, tuple[object, str, object]] = {
-    "httpx2.AsyncClient.send": (httpx2.AsyncClient, "send", httpx2.AsyncClient.send),
+    f"{http.__name__}.AsyncClient.send": (http.AsyncClient, "send", http.AsyncClient.send),
     "ClientSession.call_tool": (ClientSession, "call_tool", ClientSession.call_tool),
     "mcp.client.sse.sse_client": (mcp.client.sse, "sse_client", mcp.client.sse.sse_client),
     "mcp.client.stdio.stdio_client": (mcp.client.stdio, "stdio_client", mcp.client.stdio.stdio_client),
-    "mcp.client.client.stdio_client": (
+}
+if LINE == 2:
+    import mcp.client.client
+
+    ORIGINALS["mcp.client.client.stdio_client"] = (
         mcp.client.client,
         "stdio_client",
         getattr(mcp.client.client, "stdio_client"),  # noqa: B009 - not in its __all__
-    ),
-}
+    )
+else:  # 1.x: the call is carried to the task that POSTs it (patches/carrier.py)
+    ORIGINALS["ClientSession.__init__"] = (ClientSession, "__init__", ClientSession.__init__)
+    _transport = mcp.client.streamable_http.StreamableHTTPTransport
+    ORIGINALS["StreamableHTTPTransport.post_writer"] = (_transport, "post_writer", _transport.post_writer)
+
+# What tears the SDK's whole transport down (its own behaviour, kept). On both lines: a connection
+# lost for good, passed on under compatibility. On mcp 1.x also a 4xx/5xx answer the SDK is handed
+# (`raise_for_status` in its POST task, docs/mcp-lines.md); 2.x resolves that one request with an error.
+TEARDOWN_ERRORS: tuple[type[BaseException], ...] = (http.TransportError,)
+REFUSAL_TEARS_DOWN = LINE == 1
+REFUSAL_TEARDOWN_ERRORS: tuple[type[BaseException], ...] = (
+    (http.HTTPStatusError,) if REFUSAL_TEARS_DOWN else ()
+)
 
 SEED_ENV = "OTEL_MCP_REPLAY_RELIABILITY_SEED"
 QUICK_SEED = 20261129
@@ -209,6 +231,12 @@ class CallPlan:
         return self.kind in ("charge", "send_email")
 
     @property
+    def may_be_refused(self) -> bool:
+        """The server answers some POST of it with a 4xx/5xx, which the SDK is handed when the law
+        does not repeat it (or the repeats run out)."""
+        return any(isinstance(f, (Throttle, Status)) for f in self.faults)
+
+    @property
     def stall_s(self) -> float:
         return sum(f.seconds for f in self.faults if isinstance(f, StallThenPass))
 
@@ -260,7 +288,8 @@ class ScheduleRule:
 
 @dataclass(frozen=True)
 class Round:
-    """One `Client` (or, under compatibility with drops, a run of them): settings, declaration, calls."""
+    """One `Client` (or, under compatibility with drops, a run of them; on mcp 1.x one for the calls
+    the server never refuses and a run for those it may): settings, declaration, calls."""
 
     number: int
     policy: Policy
@@ -391,6 +420,7 @@ def draw_rounds(seed: int, total_calls: int, per_round: int, concurrency: int) -
         ("compatibility", "legacy", True, 0.5),
         ("compatibility", "2026-07-28", True, 0.5),
     ]
+    kinds = [kind for kind in kinds if kind[1] in ERAS]  # the eras the installed line speaks
     rounds: list[Round] = []
     index = 0
     number = 0
@@ -432,7 +462,8 @@ def draw_rounds(seed: int, total_calls: int, per_round: int, concurrency: int) -
 
 @dataclass
 class CallResult:
-    outcome: str  # ok | tool-error | UnknownEffectError | MCPError | cancelled | torn-down | hang
+    # ok | tool-error | UnknownEffectError | MCPError (the line's error class) | cancelled | torn-down | hang
+    outcome: str
     duration_s: float
 
 
@@ -442,6 +473,7 @@ class Stats:
     outcomes: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
     teardowns: int = 0
+    refusal_teardowns: int = 0  # mcp 1.x: by a 4xx/5xx the SDK was handed
     faults: dict[str, int] = field(default_factory=dict)  # applied by the server, and the proxy's cuts
     longest_over_s: float = float("-inf")  # the most a call took beyond its wait cap and stalls
     violations: list[str] = field(default_factory=list)
@@ -476,7 +508,7 @@ class Rig:
             return plan.stall_s + SETTLE_SLACK_S
         return rnd.max_wait_ms / 1000 + plan.stall_s + SETTLE_SLACK_S
 
-    async def call(self, client: Client, rnd: Round, plan: CallPlan, results: dict[int, CallResult]) -> None:
+    async def call(self, client: Any, rnd: Round, plan: CallPlan, results: dict[int, CallResult]) -> None:
         """One call; its outcome and duration go to `results`. MCPError is an outcome; a teardown of
         the transport (CancelledError from the SDK) is noted and passed on; anything else is a bug."""
         started = time.monotonic()
@@ -500,11 +532,11 @@ class Rig:
                         raise error
                     if scope.cancelled_caught:
                         outcome = "cancelled"
-                if result is not None and result.is_error:
+                if result is not None and is_error(result):
                     outcome = "tool-error"
         except UnknownEffectError:
             outcome = "UnknownEffectError"
-        except MCPError:
+        except McpError:
             outcome = "MCPError"
         except TimeoutError:
             outcome = "hang"
@@ -545,7 +577,12 @@ class Rig:
             retry_budget=rnd.retry_budget,
         )
         if rnd.sequential:
-            await self._run_sequential(rnd)
+            await self._run_sequential(rnd, list(rnd.plans))
+        elif REFUSAL_TEARS_DOWN:
+            # mcp 1.x: a refusal handed to the SDK tears the session down under every call on it. The
+            # calls the server may refuse run one at a time (as above), the others together.
+            await self._run_client(rnd, [p for p in rnd.plans if not p.may_be_refused])
+            await self._run_sequential(rnd, [p for p in rnd.plans if p.may_be_refused])
         else:
             await self._run_client(rnd, list(rnd.plans))
         for _, _, _, name in server.faults.applied():
@@ -578,10 +615,10 @@ class Rig:
             self.violation(rnd, f"the session was torn down: {group!r}")
         await self._check_client(rnd, plans, results)
 
-    async def _run_sequential(self, rnd: Round) -> None:
-        """Compatibility with drops: one call at a time; a teardown ends that Client (checked), and
-        the next calls go on a new one."""
-        remaining = list(rnd.plans)
+    async def _run_sequential(self, rnd: Round, plans: list[CallPlan]) -> None:
+        """Compatibility with drops (and, on mcp 1.x, the calls the server may refuse): one call at a
+        time; a teardown ends that Client (checked), and the next calls go on a new one."""
+        remaining = list(plans)
         while remaining:
             self._begin_client()
             done: list[CallPlan] = []
@@ -595,9 +632,13 @@ class Rig:
                         await self.call(client, rnd, plan, results)
             except BaseExceptionGroup as group:
                 leaves = _leaves(group)
-                if not leaves or not all(isinstance(e, httpx2.TransportError) for e in leaves):
-                    self.violation(rnd, f"a teardown with more than transport errors: {group!r}")
+                refused = done[-1].may_be_refused if done else False
+                allowed = TEARDOWN_ERRORS + (REFUSAL_TEARDOWN_ERRORS if refused else ())
+                if not leaves or not all(isinstance(e, allowed) for e in leaves):
+                    self.violation(rnd, f"a teardown with more than {allowed}: {group!r}")
                 self.stats.teardowns += 1
+                if any(isinstance(e, REFUSAL_TEARDOWN_ERRORS) for e in leaves):
+                    self.stats.refusal_teardowns += 1
                 if done and results.get(done[-1].index, CallResult("", 0)).outcome != "torn-down":
                     self.violation(rnd, "the transport was torn down after the call returned", done[-1])
             await self._check_client(rnd, done, results)
@@ -765,7 +806,7 @@ async def run_schedules(telemetry: Telemetry, instrument: Any, seed: int, rounds
 def report(seed: int, stats: Stats, started: float, rounds: Sequence[Round]) -> str:
     return (
         f"seed {seed} ({SEED_ENV}={seed} replays it): {stats.calls} calls in {len(rounds)} rounds, "
-        f"{stats.attempts} attempts, {stats.teardowns} compatibility teardowns, "
+        f"{stats.attempts} attempts, {stats.teardowns} teardowns ({stats.refusal_teardowns} by a refusal), "
         f"{time.monotonic() - started:.1f} s; outcomes {dict(sorted(stats.outcomes.items()))}; "
         f"faults {dict(sorted(stats.faults.items()))}; the slowest call took "
         f"{stats.longest_over_s:+.2f} s beyond its wait cap and stalls"
@@ -787,7 +828,10 @@ async def _schedules(telemetry: Telemetry, instrument: Any, long_run: bool) -> N
     # The schedule exercised what it claims to.
     assert stats.outcomes.get("ok", 0) > total // 4, summary
     assert stats.outcomes.get("UnknownEffectError", 0) > 0, summary
-    assert stats.outcomes.get("MCPError", 0) > 0, summary
+    if REFUSAL_TEARS_DOWN:  # mcp 1.x: a refusal reaches the caller as its session's teardown
+        assert stats.refusal_teardowns > 0, summary
+    else:
+        assert stats.outcomes.get("MCPError", 0) > 0, summary
     assert stats.outcomes.get("cancelled", 0) > 0, summary
     assert stats.teardowns > 0, summary
     assert stats.attempts > stats.calls, summary  # repeats happened
@@ -824,7 +868,7 @@ async def test_randomized_fault_schedules_long_run(
 # The exporter down: the app's calls do not notice.
 
 
-async def _timed_calls(client: Client, server: ServerHandle, n: int, tag: str) -> list[float]:
+async def _timed_calls(client: Any, server: ServerHandle, n: int, tag: str) -> list[float]:
     """`n` calls of a tool declared to repeat a 429, every other one refused once first."""
     durations: list[float] = []
     for i in range(n):
@@ -833,7 +877,7 @@ async def _timed_calls(client: Client, server: ServerHandle, n: int, tag: str) -
         started = time.monotonic()
         result = await client.call_tool("search", {"query": f"{tag}{i}"})
         durations.append(time.monotonic() - started)
-        assert not result.is_error
+        assert not is_error(result)
     return durations
 
 
@@ -901,7 +945,11 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
 async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycles: int) -> dict[str, int]:
     """Calls run all along in a task group on one Client (search, and send_email: a changes tool
     without a key; the server refusing some with 429 or 503) while the main task turns the plugin
-    on and off `cycles` times. Any exception but an MCPError fails; the outcomes are returned."""
+    on and off `cycles` times. Any exception but an MCPError fails; the outcomes are returned.
+
+    mcp 1.x tears a session down under all its calls when it is handed a refusal (REFUSAL_TEARS_DOWN):
+    there each worker calls on a Client of its own, opened again after such a teardown (counted as
+    `torn-down`), so that a refusal costs one call, as its McpError does on 2.x."""
     seed = seed_for(long_run=False)
     rng = random.Random(seed)
     print(f"instrument cycles: seed {seed}")
@@ -920,17 +968,32 @@ async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycl
 
         async def worker(w: int) -> None:
             i = 0
+
+            async def calls(on: Any) -> None:
+                nonlocal i
+                while not stop.is_set():
+                    i += 1
+                    tool, arguments = "search", {"query": f"w{w}-{i}"}
+                    if i % 3 == 0:
+                        tool, arguments = "send_email", {"to": f"w{w}-{i}@example.test", "body": "x"}
+                    try:
+                        result = await on.call_tool(tool, arguments)
+                        outcome = "tool-error" if is_error(result) else "ok"
+                    except McpError as exc:  # the faults' own errors; anything else fails the test
+                        outcome = type(exc).__name__
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+            if not REFUSAL_TEARS_DOWN:
+                await calls(client)
+                return
             while not stop.is_set():
-                i += 1
-                tool, arguments = "search", {"query": f"w{w}-{i}"}
-                if i % 3 == 0:
-                    tool, arguments = "send_email", {"to": f"w{w}-{i}@example.test", "body": "x"}
                 try:
-                    result = await client.call_tool(tool, arguments)
-                    outcome = "tool-error" if result.is_error else "ok"
-                except MCPError as exc:  # the faults' own errors; anything else fails the test
-                    outcome = type(exc).__name__
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                    async with Client(server.url, mode=mode) as own:
+                        await calls(own)
+                except BaseExceptionGroup as group:
+                    if not all(isinstance(e, REFUSAL_TEARDOWN_ERRORS) for e in _leaves(group)):
+                        raise
+                    outcomes["torn-down"] = outcomes.get("torn-down", 0) + 1
 
         try:
             async with anyio.create_task_group() as tg:
@@ -958,18 +1021,19 @@ async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycl
         server.faults.clear()
         telemetry.exporter.clear()
         result = await client.call_tool("search", {"query": "after"})
-        assert not result.is_error
+        assert not is_error(result)
         assert records(telemetry) == []  # off means off: nothing recorded
     print(f"instrument cycles ({mode}): outcomes {outcomes}")
     return outcomes
 
 
-def changes_tool_posts(server: ServerHandle, tool: str) -> dict[str, int]:
-    """POSTs per request id of `tool`'s calls (one Client: request ids are unique)."""
-    counts: dict[str, int] = {}
+def changes_tool_posts(server: ServerHandle, tool: str) -> dict[tuple[str | None, str], int]:
+    """POSTs per (session, request id) of `tool`'s calls (request ids are unique on one Client)."""
+    counts: dict[tuple[str | None, str], int] = {}
     for post in server.counters.post_log():
         if post.tool == tool and post.request_id is not None:
-            counts[post.request_id] = counts.get(post.request_id, 0) + 1
+            key = (post.session_id, post.request_id)
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -981,7 +1045,8 @@ async def test_a_hundred_instrument_uninstrument_cycles_while_calls_run(
     plugin holds no runtime, and calls still work and record nothing."""
     outcomes = await run_cycles(server, telemetry, mode, 100)
     assert outcomes.get("ok", 0) > 20, outcomes
-    assert set(outcomes) <= {"ok", "MCPError"}, outcomes
+    # mcp 1.x: a refusal the SDK is handed tears the session down instead of raising McpError.
+    assert set(outcomes) <= {"ok", "torn-down" if REFUSAL_TEARS_DOWN else McpError.__name__}, outcomes
     # The guard held whatever the plugin's state when a call began and when it was sent (a call
     # begun while it was off and sent once it was on included).
     sent = changes_tool_posts(server, "send_email")

@@ -22,7 +22,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.errors import UnknownEffectError
+from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     Answer,
@@ -317,6 +317,15 @@ class ToolCall:
             self.span.set_attribute(t.DECLINED, declined)
         if self.scope is not None:
             self.scope.cancel()
+
+    def handled(self) -> None:
+        """The SDK is done reading this call's response without tearing the session down (mcp 1.x
+        tells it: patches/carrier.py). A 2xx whose answer never came leaves the SDK's call waiting,
+        for its read timeout or for ever; where the caller is owed `UnknownEffectError`
+        (app-authorized), the call is ended now."""
+        facts = self.facts
+        if not self.abandoned and facts.app_authorized and facts.accepted_without_answer:
+            self.stop(self.final_error if self.final_error is not None else lost_answer())
 
     # -- the end --
 

@@ -86,3 +86,9 @@ class RefusedError(MCPError):
     def __init__(self, status: int) -> None:
         _init(self, INTERNAL_ERROR, f"The server refused the request: HTTP {status}", {"status": status})
         self.status = status
+
+
+def lost_answer() -> MCPError:
+    """The SDK's own error for a 2xx response that ended without its JSON-RPC answer, as mcp 2.x
+    raises it (mcp 1.x raises none: its call waits). Never a server's word."""
+    return MCPError(*LINE.error_args(CONNECTION_CLOSED, "The response ended without the JSON-RPC answer"))

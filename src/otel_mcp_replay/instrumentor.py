@@ -34,7 +34,9 @@ from otel_mcp_replay.version import __version__
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
-    http = http_send.HttpClient.of(importlib.import_module(LINE.http), LINE.synthetic_status)
+    http = http_send.HttpClient.of(
+        importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
+    )
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),

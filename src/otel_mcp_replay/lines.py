@@ -24,6 +24,10 @@ class Line:
     # (then the error body is read as the request's answer only with a 200); 2.x reads the body of
     # an error status as its answer.
     synthetic_status: int
+    # A 2xx whose JSON-RPC answer never comes (a body cut, an event stream ending without it, a 202):
+    # 2.x's streamable-HTTP client fails that request itself; 1.x's leaves the call waiting (for its
+    # read timeout, else for ever), so there the plugin ends such a call (patches/carrier.py).
+    resolves_lost_answers: bool
 
     def error_base(self) -> type[Exception]:
         """The installed line's own error class: the plugin's errors subclass it."""
@@ -47,8 +51,8 @@ class Line:
 def installed() -> Line:
     major = int(version("mcp").split(".", 1)[0])
     if major >= 2:
-        return Line(major, "httpx2", carries_context=True, synthetic_status=599)
-    return Line(major, "httpx", carries_context=False, synthetic_status=200)
+        return Line(major, "httpx2", carries_context=True, synthetic_status=599, resolves_lost_answers=True)
+    return Line(major, "httpx", carries_context=False, synthetic_status=200, resolves_lost_answers=False)
 
 
 LINE = installed()

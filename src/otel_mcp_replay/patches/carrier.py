@@ -6,14 +6,16 @@ streamable-HTTP transport POSTs from a task it started when it was entered, so t
 current is remembered with that call (a carrier on the stream `ClientSession.__init__` is given),
 and when the transport's `post_writer` takes it off the stream, that call becomes current in the
 transport's task, before it starts the task that POSTs the message (which copies the context).
-The legacy SSE transport POSTs from a closure's task no seam reaches: there the HTTP seam asks
-`carried_call` for the call waiting with the request's id and tool. Both seams are class
-attributes: import order cannot matter.
+The task that POSTs a call's request also reads its response; when it ends, the call is told
+(`ToolCall.handled`): 1.x leaves a call whose 2xx never brought its answer waiting, and the call
+ends itself there. The legacy SSE transport POSTs from a closure's task no seam reaches: there the
+HTTP seam asks `carried_call` for the call waiting with the request's id and tool. Both seams are
+class attributes: import order cannot matter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import wrapt
@@ -90,29 +92,48 @@ class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         return item
 
 
+class _Handling(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """The transport's task group: a task it starts for a message sent during a call (the POST and
+    the reading of its response) tells the call when it ends, unless it failed (then the SDK tears
+    the session down, and every call with it)."""
+
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any, name: object = None) -> Any:
+        call = CURRENT_CALL.get()
+        if call is None:
+            return self.__wrapped__.start_soon(func, *args, name=name)
+
+        async def handling() -> None:
+            await func(*args)
+            call.handled()
+
+        return self.__wrapped__.start_soon(handling, name=name)
+
+
 def session_init(
     rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """`ClientSession(read_stream, write_stream, ...)`: its write stream carries calls."""
-    carrier = _second_replaced(args, kwargs, "write_stream", lambda s: _Carrier(s, rt))
+    carrier = _replaced(args, kwargs, 1, "write_stream", lambda s: _Carrier(s, rt))
     return wrapped(*carrier, **kwargs)
 
 
 def post_writer(
     rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """`post_writer(client, write_stream_reader, ...)`: each message's call becomes current."""
-    delivering = _second_replaced(args, kwargs, "write_stream_reader", lambda s: _Delivering(s, rt.carried))
-    return wrapped(*delivering, **kwargs)
+    """`post_writer(client, write_stream_reader, read_stream_writer, write_stream, start_get_stream,
+    tg)`: each message's call becomes current, and the task the message is sent from tells it when
+    it ends."""
+    args = _replaced(args, kwargs, 1, "write_stream_reader", lambda s: _Delivering(s, rt.carried))
+    return wrapped(*_replaced(args, kwargs, 5, "tg", _Handling), **kwargs)
 
 
-def _second_replaced(
-    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, replace: Callable[[Any], Any]
+def _replaced(
+    args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, replace: Callable[[Any], Any]
 ) -> tuple[Any, ...]:
-    """The call's positional arguments with the second one (or the keyword `name`) replaced; the
+    """The call's positional arguments with the one at `index` (or the keyword `name`) replaced; the
     keywords are replaced in place."""
-    if len(args) >= 2:
-        return (args[0], replace(args[1]), *args[2:])
+    if len(args) > index:
+        return (*args[:index], replace(args[index]), *args[index + 1 :])
     if name in kwargs:
         kwargs[name] = replace(kwargs[name])
     return args

@@ -61,9 +61,12 @@ class HttpClient:
     not_sent: tuple[type[BaseException], ...]
 
     synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
+    resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
 
     @classmethod
-    def of(cls, module: ModuleType, synthetic_status: int = 599) -> HttpClient:
+    def of(
+        cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
+    ) -> HttpClient:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -71,7 +74,7 @@ class HttpClient:
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, not_sent, synthetic_status)
+        return cls(module, watch, not_sent, synthetic_status, resolves_lost_answers)
 
 
 async def send(
@@ -200,7 +203,13 @@ async def _tool_series(
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
         )
-        if streamable and sse is None and call.scope is not None and call.session is not None:
+        if (
+            streamable
+            and sse is None
+            and call.scope is not None
+            and call.session is not None
+            and http.resolves_lost_answers
+        ):
             _seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
         matched = sse is not None or streamable
         entry = declaration.tools.get(target.tool) if target.tool else None
@@ -260,6 +269,11 @@ async def _tool_series(
             rt.sse_waiting.pop(key, None)
         raise
     response, error = last
+    if call.abandoned and streamable and key is None and response is not None and response.status_code >= 300:
+        # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
+        # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
+        await response.aclose()
+        return http.module.Response(202, request=request)
     if final.status == 0 and error is not None and declaration.policy == "app-authorized":
         # Fail this call, not the session: the SDK would tear the whole transport down.
         if key is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now

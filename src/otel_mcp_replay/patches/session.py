@@ -55,7 +55,8 @@ async def _stoppable(
     """The SDK's call in a scope the HTTP seam can cancel (`ToolCall.stop`): on the legacy SSE
     transport, or a connection the plugin cannot match answers on, the SDK would wait for an answer
     that will never come. A session once seen speaking streamable HTTP, where the SDK resolves a
-    failed request itself, needs no scope (one costs about a tenth of the plugin's own work per call)."""
+    failed request itself (mcp 2.x: `Line.resolves_lost_answers`), needs no scope (one costs about a
+    tenth of the plugin's own work per call)."""
     with anyio.CancelScope() as scope:
         call.scope = scope
         result = await wrapped(*args, **kwargs)
