@@ -172,21 +172,24 @@ async def test_a_2xx_that_never_brings_its_answer_fails_the_call_as_may_have_run
 
 
 async def test_a_caller_giving_up_in_a_retry_after_wait_leaves_the_session_alive(
-    telemetry: Telemetry, instrument: Any
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """Streamable HTTP: the caller gives up while the plugin waits out a 429's Retry-After: nothing
-    more is sent, and the refusal is handed to no one (mcp 1.x would tear the session down with it,
-    under its other calls)."""
-    with running_server("streamable") as server:
-        instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
-        server.faults.add("search", Throttle("1"))
-        async with session_on(server) as session:
-            with anyio.move_on_after(0.3) as waiting:
-                await session.call_tool("search", {"query": "given up"})
-            assert waiting.cancelled_caught
-            await anyio.sleep(0.2)  # the wait has ended: whatever the SDK was handed, it has it
-            with anyio.fail_after(10):
-                assert not is_error(await session.call_tool("search", {"query": "next"}))
-        assert server.counters.tool_posts("search") == 2  # the refused one, and the next call's
+    """The caller gives up while the plugin waits out a 429's Retry-After: its cancel is not held
+    (mcp 2.x tells the server from the caller's task, through the transport busy with that wait:
+    on SSE it was held for the Retry-After, and the repeat sent), nothing more is sent, and the
+    refusal is handed to no one (mcp 1.x would tear a streamable session down with it, under its
+    other calls)."""
+    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    server.faults.add("search", Throttle("2"))
+    async with session_on(server) as session:
+        with anyio.move_on_after(0.3) as waiting:
+            started = anyio.current_time()
+            await session.call_tool("search", {"query": "given up"})
+        assert waiting.cancelled_caught
+        assert anyio.current_time() - started < 1.5  # the caller's own cancel, not the Retry-After
+        await anyio.sleep(2.2)  # past the Retry-After: a series still running would have repeated
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "next"}))
+    assert server.counters.tool_posts("search") == 2  # the refused one, and the next call's
     given_up = records(telemetry)[0]
     assert (given_up[t.VERDICT], given_up[t.SENT], given_up[t.ATTEMPTS_STATUS]) == ("failed", 1, (429,))

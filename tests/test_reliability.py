@@ -85,6 +85,9 @@ if LINE == 2:
         "stdio_client",
         getattr(mcp.client.client, "stdio_client"),  # noqa: B009 - not in its __all__
     )
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    ORIGINALS["JSONRPCDispatcher.notify"] = (JSONRPCDispatcher, "notify", JSONRPCDispatcher.notify)
 else:  # 1.x: the call is carried to the task that POSTs it (patches/carrier.py)
     ORIGINALS["ClientSession.__init__"] = (ClientSession, "__init__", ClientSession.__init__)
     _transport = mcp.client.streamable_http.StreamableHTTPTransport

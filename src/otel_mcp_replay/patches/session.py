@@ -49,6 +49,20 @@ async def call_tool(
     return result
 
 
+async def notify(
+    wrapped: Callable[..., Awaitable[Any]], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`JSONRPCDispatcher.notify` (mcp 2.x): a caller that gives up on a call has the SDK send
+    `notifications/cancelled` from the caller's own task, and wait (up to 5 s) for its transport to
+    take it. On the legacy SSE transport that is the task running this call's series: so the call
+    ends here, first, and a series waiting to repeat it stops and sends nothing more, instead of
+    holding the caller's cancel for a Retry-After and then repeating a call no one waits for."""
+    call = CURRENT_CALL.get()
+    if call is not None and (args[0] if args else kwargs.get("method")) == "notifications/cancelled":
+        call.abandon()
+    return await wrapped(*args, **kwargs)
+
+
 async def _stoppable(
     call: ToolCall, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
