@@ -1,18 +1,20 @@
 """Every row of docs/contract.md's law table, end to end: the mcp SDK's own client and server on loopback.
 
-Each test scripts a fault at the ASGI or TCP level, calls a tool through `mcp.Client`, and reads
-the ground truth from the server (executions, POSTs per request id) and the record from the span.
+Each test scripts a fault at the ASGI or TCP level, calls a tool through the installed line's client
+(harness/client.py: `mcp.Client` on 2.x, a `ClientSession` on 1.x), and reads the ground truth from
+the server (executions, POSTs per request id) and the record from the span. The same tests run on
+mcp 2.x and 1.x; where the two SDKs surface an error differently, the expectation says which.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from conftest import Telemetry, attempt_spans, records, the_record
+from harness.client import Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
@@ -21,9 +23,13 @@ from harness.faults import (
     Throttle,
     retryable_conflict,
 )
+from harness.sdk import LINE
 from harness.server import ServerHandle
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +45,31 @@ def posts_of(server: ServerHandle, record: dict[str, Any]) -> int:
     return server.counters.posts(record[t.JSONRPC_REQUEST_ID])
 
 
+async def refused_call(url: str, tool: str, arguments: dict[str, Any], status: int) -> BaseException:
+    """One call on a new session, refused by the server with HTTP `status` and not repeated: the
+    error the SDK alone raises for it. On 2.x the call's own error (the session lives). On 1.x the
+    SDK raises for any non-2xx in its transport's task (docs/mcp-lines.md): the session dies, the
+    call is cancelled, and the session's `async with` raises `ExceptionGroup(httpx.HTTPStatusError)`,
+    which keeps the server's status."""
+    if LINE == 2:
+        async with Client(url) as client:
+            with pytest.raises(McpError) as raised:
+                await client.call_tool(tool, arguments)
+        return raised.value
+    with pytest.raises(BaseExceptionGroup) as torn:
+        async with Client(url) as client:
+            await client.call_tool(tool, arguments)
+    assert [(type(e), e.response.status_code) for e in leaves(torn.value)] == [(http.HTTPStatusError, status)]
+    return torn.value
+
+
+def leaves(group: BaseExceptionGroup[BaseException]) -> list[Any]:
+    out: list[Any] = []
+    for exc in group.exceptions:
+        out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 # -- throttle (HTTP 429) --
 
 
@@ -50,7 +81,7 @@ async def test_throttle_under_compatibility_repeats_by_compatibility_assuming_re
     server.faults.add("search", Throttle("0"))
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     assert server.counters.executions("search") == 1
     record = the_record(telemetry)
     assert record[t.SENT] == 2 == posts_of(server, record)
@@ -86,12 +117,10 @@ async def test_throttle_under_compatibility_with_retry_on_throttle_off_is_not_pe
 ) -> None:
     instrument(servers=declare(server, COMPAT, {}), retry_on_throttle=False)
     server.faults.add("search", Throttle("0"))
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError) as raised:
-            await client.call_tool("search", {"query": "q"})
-    # Exactly the SDK's own error for a 429.
-    assert type(raised.value) is MCPError
-    assert raised.value.code == -32603
+    error = await refused_call(server.url, "search", {"query": "q"}, 429)
+    if LINE == 2:  # exactly the SDK's own error for a 429 (1.x's, its teardown, is checked by refused_call)
+        assert type(error) is McpError
+        assert error.error.code == -32603
     record = the_record(telemetry)
     assert record[t.SENT] == 1 == posts_of(server, record)
     assert record[t.VERDICT] == "failed"
@@ -105,12 +134,16 @@ async def test_throttle_under_app_authorized_not_named_is_not_permitted_and_keep
 ) -> None:
     instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
     server.faults.add("search", Throttle("0"))
-    async with Client(server.url, mode=mode) as client:
-        with pytest.raises(MCPError) as raised:
-            await client.call_tool("search", {"query": "q"})
-        # A received refusal is an answer: the server's error, not UnknownEffectError.
-        assert not isinstance(raised.value, UnknownEffectError)
-        assert (await client.call_tool("search", {"query": "next"})).is_error is False
+    if LINE == 2:
+        async with Client(server.url, mode=mode) as client:
+            with pytest.raises(McpError) as raised:
+                await client.call_tool("search", {"query": "q"})
+            # A received refusal is an answer: the server's error, not UnknownEffectError.
+            assert not isinstance(raised.value, UnknownEffectError)
+            assert is_error(await client.call_tool("search", {"query": "next"})) is False
+    else:  # the server's error as the 1.x SDK raises it: its session's teardown (refused_call)
+        error = await refused_call(server.url, "search", {"query": "q"}, 429)
+        assert not isinstance(error, UnknownEffectError)
     first = attempt_spans(telemetry)[0].attributes or {}
     assert first[t.DECLINED] == "not-permitted"
     failed = next(r for r in records(telemetry) if r[t.VERDICT] == "failed")
@@ -125,7 +158,7 @@ async def test_throttle_under_app_authorized_named_repeats_by_app(
     server.faults.add("search", Throttle("0"), Throttle(None))
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_PERMISSION] == ("first", "app", "app")
     assert record[t.SENT] == 3 == posts_of(server, record)
@@ -163,7 +196,7 @@ async def test_network_under_compatibility_named_repeats_by_app(
     server.faults.add("search", DropBeforeExecution())
     async with Client(server.url) as client:
         result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
     assert record[t.ATTEMPTS_FAILURE] == ("network", "")
@@ -179,11 +212,11 @@ async def test_network_under_app_authorized_not_named_fails_only_that_call_as_ma
     async with Client(server.url, mode=mode) as client:
         with pytest.raises(UnknownEffectError) as raised:
             await client.call_tool("search", {"query": "q"})
-        assert isinstance(raised.value, MCPError)
+        assert isinstance(raised.value, McpError)
         cause = raised.value.__cause__
-        assert cause is not None and type(cause).__module__.startswith("httpx2")
+        assert cause is not None and type(cause).__module__.partition(".")[0] == http.__name__
         # Only that call failed: the session goes on.
-        assert (await client.call_tool("search", {"query": "again"})).is_error is False
+        assert is_error(await client.call_tool("search", {"query": "again"})) is False
     assert server.counters.executions("search") == 2
     failed = next(r for r in records(telemetry) if r[t.VERDICT] == "failed")
     assert failed[t.MAY_HAVE_RUN] is True
@@ -198,7 +231,7 @@ async def test_network_under_app_authorized_named_repeats_by_app(
     server.faults.add("search", DropAfterExecution())
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     # It ran twice: a repeat after a drop cannot know; that is why only the app may allow it.
     assert server.counters.executions("search") == 2
     record = the_record(telemetry)
@@ -233,9 +266,7 @@ async def test_the_same_409_without_a_declared_adapter_is_an_error(
 ) -> None:
     instrument(servers=declare(server, COMPAT, {}))
     server.faults.add("search", retryable_conflict())
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    await refused_call(server.url, "search", {"query": "q"}, 409)
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_FAILURE] == ("error",)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "not-retryable"
@@ -248,9 +279,7 @@ async def test_a_409_with_other_words_is_never_session_busy(
     instrument(servers=declare(server, COMPAT, {}, adapter="agentcore-runtime"))
     body = {"message": "RetryableConflictException happened after the tool ran"}
     server.faults.add("search", Status(409, body=body))
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    await refused_call(server.url, "search", {"query": "q"}, 409)
     assert the_record(telemetry)[t.ATTEMPTS_FAILURE] == ("error",)
 
 
@@ -263,10 +292,7 @@ async def test_a_503_is_not_retryable(
 ) -> None:
     instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
     server.faults.add("search", Status(503))
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError) as raised:
-            await client.call_tool("search", {"query": "q"})
-    assert not isinstance(raised.value, UnknownEffectError)
+    assert not isinstance(await refused_call(server.url, "search", {"query": "q"}, 503), UnknownEffectError)
     record = the_record(telemetry)
     assert record[t.SENT] == 1 == posts_of(server, record)
     assert record[t.ATTEMPTS_STATUS] == (503,)
@@ -280,9 +306,9 @@ async def test_a_json_rpc_error_is_an_error_and_its_effect_unknown(
     instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
     server.faults.add("search", JsonRpcError(-32050, "refused"))
     async with Client(server.url) as client:
-        with pytest.raises(MCPError) as raised:
+        with pytest.raises(McpError) as raised:
             await client.call_tool("search", {"query": "q"})
-    assert raised.value.code == -32050  # the server's own error, as it came
+    assert raised.value.error.code == -32050  # the server's own error, as it came
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_FAILURE] == ("error",)
     assert record[t.ATTEMPTS_EFFECT] == ("unknown",)
@@ -295,7 +321,7 @@ async def test_a_tool_error_result_is_applied_and_verdict_tool_error(
     instrument(servers=declare(server, STRICT, {}))
     async with Client(server.url) as client:
         result = await client.call_tool("fail", {})
-    assert result.is_error
+    assert is_error(result)
     record = the_record(telemetry)
     assert record[t.VERDICT] == "tool-error"
     assert record[t.EFFECT] == "applied"
@@ -312,9 +338,7 @@ async def test_a_changes_tool_without_its_key_is_never_repeated(
     tools = {"charge": {"changes": True, "on": ["throttle", "network"]}}
     instrument(servers=declare(server, policy, tools, deduplicates={"argument": "idempotency_key"}))
     server.faults.add("charge", Throttle("0"))
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("charge", {"amount": 5})
+    await refused_call(server.url, "charge", {"amount": 5}, 429)
     record = the_record(telemetry)
     assert record[t.SENT] == 1 == posts_of(server, record)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
@@ -325,9 +349,7 @@ async def test_a_changes_tool_with_a_key_but_no_declared_deduplication_is_never_
 ) -> None:
     instrument(servers=declare(server, COMPAT, {"charge": {"changes": True, "on": ["throttle"]}}))
     server.faults.add("charge", Throttle("0"))
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("charge", {"amount": 5, "idempotency_key": "k-1"})
+    await refused_call(server.url, "charge", {"amount": 5, "idempotency_key": "k-1"}, 429)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
 
 
@@ -339,7 +361,7 @@ async def test_a_changes_tool_carrying_its_key_is_repeated_and_the_server_dedupl
     server.faults.add("charge", DropAfterExecution())
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("charge", {"amount": 5, "idempotency_key": "order-77"})
-    assert not result.is_error
+    assert not is_error(result)
     assert server.counters.executions("charge") == 1  # ran once, though sent twice
     assert server.counters.deduplicated("charge") == 1
     record = the_record(telemetry)
