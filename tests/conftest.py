@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Awaitable, Callable, Iterator
 from importlib.metadata import version
 from typing import Any
 
@@ -14,7 +15,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from harness.client import ERAS
+from harness.client import ERAS, Client, McpError, http
+from harness.sdk import LINE
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 # LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
 collect_ignore = ["test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
@@ -132,6 +137,43 @@ def the_record(telemetry: Telemetry) -> dict[str, Any]:
     found = records(telemetry)
     assert len(found) == 1, f"expected one record, found {len(found)}"
     return found[0]
+
+
+# -- what the SDK raises --
+
+
+async def refused_call(
+    url: str, tool: str, arguments: dict[str, Any], status: int, mode: str | None = None
+) -> BaseException:
+    """`refused` for one `call_tool(tool, arguments)`."""
+    return await refused(url, status, lambda client: client.call_tool(tool, arguments), mode)
+
+
+async def refused(
+    url: str, status: int, call: Callable[[Any], Awaitable[object]], mode: str | None = None
+) -> BaseException:
+    """`call(client)` on a new session, refused by the server with HTTP `status` and not repeated:
+    the error the SDK alone raises for it. On 2.x the call's own error (the session lives). On 1.x
+    the SDK raises for any non-2xx in its transport's task (docs/mcp-lines.md): the session dies, the
+    call is cancelled, and the session's `async with` raises `ExceptionGroup(httpx.HTTPStatusError)`,
+    which keeps the server's status."""
+    if LINE == 2:
+        async with Client(url, mode=mode) as client:
+            with pytest.raises(McpError) as raised:
+                await call(client)
+        return raised.value
+    with pytest.raises(BaseExceptionGroup) as torn:
+        async with Client(url, mode=mode) as client:
+            await call(client)
+    assert [(type(e), e.response.status_code) for e in leaves(torn.value)] == [(http.HTTPStatusError, status)]
+    return torn.value
+
+
+def leaves(group: BaseExceptionGroup[BaseException]) -> list[Any]:
+    out: list[Any] = []
+    for exc in group.exceptions:
+        out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

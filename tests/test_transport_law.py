@@ -8,12 +8,11 @@ mcp 2.x and 1.x; where the two SDKs surface an error differently, the expectatio
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
-from conftest import Telemetry, attempt_spans, records, the_record
+from conftest import Telemetry, attempt_spans, records, refused_call, the_record
 from harness.client import Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
@@ -28,9 +27,6 @@ from harness.server import ServerHandle
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
-if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
-    from exceptiongroup import BaseExceptionGroup
-
 pytestmark = pytest.mark.anyio
 
 COMPAT = "compatibility"
@@ -43,31 +39,6 @@ def declare(server: ServerHandle, policy: str, tools: dict[str, Any], **more: An
 
 def posts_of(server: ServerHandle, record: dict[str, Any]) -> int:
     return server.counters.posts(record[t.JSONRPC_REQUEST_ID])
-
-
-async def refused_call(url: str, tool: str, arguments: dict[str, Any], status: int) -> BaseException:
-    """One call on a new session, refused by the server with HTTP `status` and not repeated: the
-    error the SDK alone raises for it. On 2.x the call's own error (the session lives). On 1.x the
-    SDK raises for any non-2xx in its transport's task (docs/mcp-lines.md): the session dies, the
-    call is cancelled, and the session's `async with` raises `ExceptionGroup(httpx.HTTPStatusError)`,
-    which keeps the server's status."""
-    if LINE == 2:
-        async with Client(url) as client:
-            with pytest.raises(McpError) as raised:
-                await client.call_tool(tool, arguments)
-        return raised.value
-    with pytest.raises(BaseExceptionGroup) as torn:
-        async with Client(url) as client:
-            await client.call_tool(tool, arguments)
-    assert [(type(e), e.response.status_code) for e in leaves(torn.value)] == [(http.HTTPStatusError, status)]
-    return torn.value
-
-
-def leaves(group: BaseExceptionGroup[BaseException]) -> list[Any]:
-    out: list[Any] = []
-    for exc in group.exceptions:
-        out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
 
 
 # -- throttle (HTTP 429) --
