@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
-import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
-import httpx2
 import mcp.client.sse
 import pytest
-from mcp import Client, ClientSession
+from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
-from mcp.shared.exceptions import MCPError
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-from conftest import Telemetry, attempt_spans, records, the_record
+from conftest import Telemetry, attempt_spans, leaves, records, refused, refused_call, the_record
+from harness.client import ERAS, Client, McpError, http, is_error, types
 from harness.faults import (
     DropAfterExecution,
     DropBeforeExecution,
@@ -38,19 +37,59 @@ from harness.faults import (
 )
 from harness.faults import Status as HttpStatus
 from harness.proxy import TcpProxy
+from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import ReplayUnavailableError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
+
 pytestmark = pytest.mark.anyio
 
-ORIGINAL_SEND = httpx2.AsyncClient.send
+ORIGINAL_SEND = http.AsyncClient.send
 ORIGINAL_CALL_TOOL = ClientSession.call_tool
 ORIGINAL_SSE_CLIENT = mcp.client.sse.sse_client
 
 
 def strict(server: ServerHandle, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {server.url: {"policy": "app-authorized", "tools": tools, **more}}
+
+
+@contextlib.asynccontextmanager
+async def sessions(url: str, count: int, mode: str | None = None) -> AsyncIterator[Callable[[], Any]]:
+    """The session each of `count` concurrent calls uses (`async with session_for() as client`): one
+    shared on 2.x. On 1.x a refusal handed to the SDK ends its whole session (docs/mcp-lines.md),
+    so there each call opens a session of its own, as LangChain's adapters do on 1.x, and waits
+    until all are open: the calls still meet at once, with no opening's request among them."""
+    if LINE == 2:
+        async with Client(url, mode=mode) as client:
+            yield lambda: contextlib.nullcontext(client)
+        return
+    opened, all_open = 0, anyio.Event()
+
+    @contextlib.asynccontextmanager
+    async def own() -> AsyncIterator[Any]:
+        nonlocal opened
+        async with Client(url, mode=mode) as client:
+            opened += 1
+            if opened == count:
+                all_open.set()
+            await all_open.wait()
+            yield client
+
+    yield own
+
+
+@contextlib.contextmanager
+def ended_by_a_refusal() -> Iterator[None]:
+    """Let pass a session's end the 1.x SDK makes of a refusal it is handed (its transport's task
+    group raises `HTTPStatusError`, docs/mcp-lines.md); any other error still fails the test."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if LINE == 2 or not all(isinstance(e, http.HTTPStatusError) for e in leaves(group)):
+            raise
 
 
 # -- Retry-After, the wait cap, attempts --
@@ -81,9 +120,7 @@ async def test_a_retry_after_past_the_cap_declines_without_waiting(
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_wait_ms=500)
     server.faults.add("search", Throttle("30"))
     started = time.monotonic()
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    await refused_call(server.url, "search", {"query": "q"}, 429)
     assert time.monotonic() - started < 5  # declined at once, not shortened to the cap
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "budget"
     assert the_record(telemetry)[t.SENT] == 1
@@ -94,9 +131,7 @@ async def test_max_attempts_bounds_the_series(
 ) -> None:
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_attempts=4)
     server.faults.add("search", *[Throttle("0")] * 10)
-    async with Client(server.url) as client:
-        with pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    await refused_call(server.url, "search", {"query": "q"}, 429)
     record = the_record(telemetry)
     assert record[t.SENT] == 4 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
     spans = attempt_spans(telemetry)
@@ -113,11 +148,13 @@ async def test_the_retry_budget_stops_a_429_storm_from_multiplying_load(
         servers=strict(server, {"search": {"on": ["throttle"]}}), retry_budget=(10, 0.1), max_attempts=5
     )
     server.faults.set_rule(lambda ctx: Throttle("0") if ctx.tool == "search" else None)
-    async with Client(server.url) as client:
+    async with sessions(server.url, 40) as session_for:
 
         async def one(i: int) -> None:
-            with contextlib.suppress(MCPError):
-                await client.call_tool("search", {"query": str(i)})
+            with ended_by_a_refusal():
+                async with session_for() as client:
+                    with contextlib.suppress(McpError):
+                        await client.call_tool("search", {"query": str(i)})
 
         async with anyio.create_task_group() as tg:
             for i in range(40):
@@ -143,7 +180,7 @@ async def test_a_cancelled_call_sends_nothing_more_and_stops_waiting(
         assert time.monotonic() - started < 1.5
         await anyio.sleep(3.5)  # past the Retry-After: a series still running would have sent by now
         assert server.counters.tool_posts("search") == 1
-        assert (await client.call_tool("search", {"query": "next"})).is_error is False
+        assert is_error(await client.call_tool("search", {"query": "next"})) is False
     first = records(telemetry)[0]
     assert first[t.VERDICT] == "failed"
     assert first[t.SENT] == 1
@@ -155,7 +192,7 @@ async def test_a_read_timeout_gives_the_call_up_and_nothing_more_is_sent(
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("3"))
     async with Client(server.url, mode=mode) as client:
-        with pytest.raises(MCPError):
+        with pytest.raises(McpError):
             await client.call_tool("search", {"query": "q"}, read_timeout_seconds=0.4)
         await anyio.sleep(3.2)
         assert server.counters.tool_posts("search") == 1
@@ -176,23 +213,42 @@ async def test_fifty_concurrent_calls_with_mixed_faults_each_record_matches_the_
         return rng.choice(menu) if ctx.method == "tools/call" else None
 
     server.faults.set_rule(rule)
-    async with Client(server.url, mode="legacy") as client:
+    # Each call runs under a span of the test's, so its record (on its call span, a child) is known
+    # as that call's; the server knows each call's POSTs by their arguments (request ids repeat
+    # across the sessions of 1.x, each call's own).
+    tracer = telemetry.tracer_provider.get_tracer("the test")
+    calls: dict[int, tuple[str, dict[str, Any]]] = {}  # the test's span id -> the call's tool, arguments
+    async with sessions(server.url, 60, mode="legacy") as session_for:
 
         async def one(i: int) -> None:
             arguments: dict[str, Any] = {"query": str(i)}
             name = "search"
             if i % 3 == 0:
                 name, arguments = "charge", {"amount": i, "idempotency_key": f"key-{i}"}
-            with contextlib.suppress(MCPError):
-                await client.call_tool(name, arguments)
+            with tracer.start_as_current_span(f"call {i}") as parent:
+                calls[parent.get_span_context().span_id] = (name, arguments)
+                with ended_by_a_refusal():
+                    async with session_for() as client:
+                        with contextlib.suppress(McpError):
+                            await client.call_tool(name, arguments)
 
         async with anyio.create_task_group() as tg:
             for i in range(60):
                 tg.start_soon(one, i)
-    found = records(telemetry)
+    found = [
+        (span, dict(event.attributes or {}))
+        for span in telemetry.spans()
+        for event in span.events
+        if event.name == t.RECORD_EVENT
+    ]
     assert len(found) == 60
-    for record in found:
-        assert record[t.SENT] == server.counters.posts(record[t.JSONRPC_REQUEST_ID]), record
+    log = server.counters.post_log()
+    for span, record in found:
+        assert span.parent is not None
+        name, arguments = calls[span.parent.span_id]
+        posts = [p for p in log if p.tool == name and json.loads(p.body)["params"]["arguments"] == arguments]
+        assert record[t.SENT] == len(posts), record
+        assert {p.request_id for p in posts} <= {record[t.JSONRPC_REQUEST_ID]}, record
     # A changes tool with its key ran at most once per call, however often it was sent.
     assert server.counters.executions("charge") <= 20
 
@@ -226,7 +282,7 @@ async def test_sse_transport_repeats_a_429_and_records_the_answer(
     sse_server.faults.add("search", Throttle("0"))
     async with sse_session(sse_server) as session:
         result = await session.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_STATUS] == (429, 202)
     assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")
@@ -243,7 +299,7 @@ async def test_sse_transport_network_failure_fails_only_that_call(
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
             await session.call_tool("search", {"query": "q"})
         with anyio.fail_after(10):
-            assert (await session.call_tool("search", {"query": "next"})).is_error is False
+            assert is_error(await session.call_tool("search", {"query": "next"})) is False
     assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
 
 
@@ -252,7 +308,9 @@ async def test_a_call_gets_a_scope_the_seam_can_end_until_its_session_is_seen_on
 ) -> None:
     """Only where the SDK would wait forever for an answer (the legacy SSE transport, a connection
     whose answers cannot be matched) does the HTTP seam end a call by cancelling its scope. A session
-    once seen speaking streamable HTTP, where the SDK resolves a failed request itself, gets none."""
+    once seen speaking streamable HTTP, where the SDK resolves a failed request itself, gets none.
+    mcp 1.x does not resolve a streamable-HTTP call whose event stream ended without its answer (it
+    waits, docs/mcp-lines.md): there every call keeps its scope."""
     from otel_mcp_replay.patches import session as session_patch
 
     scoped = 0
@@ -264,22 +322,23 @@ async def test_a_call_gets_a_scope_the_seam_can_end_until_its_session_is_seen_on
         return await real(*args)
 
     monkeypatch.setattr(session_patch, "_stoppable", counted)
+    kept = 1 if LINE == 1 else 0  # the scope a call of a session known as streamable HTTP gets
     app = {"policy": "app-authorized", "tools": {}}
     instrument(servers={sse_server.url: app, server.url: app})
     async with Client(server.url) as client:
-        assert (await client.call_tool("search", {"query": "streamable"})).is_error is False
+        assert is_error(await client.call_tool("search", {"query": "streamable"})) is False
         assert scoped == 1  # its session was not known yet
-        assert (await client.call_tool("search", {"query": "again"})).is_error is False
-        assert scoped == 1
+        assert is_error(await client.call_tool("search", {"query": "again"})) is False
+        assert scoped == 1 + kept
         sse_server.faults.add("search", DropBeforeExecution())
         async with sse_session(sse_server) as session:
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
                 await session.call_tool("search", {"query": "sse"})  # ended by its scope
-            assert scoped == 2
-            assert (await session.call_tool("search", {"query": "sse again"})).is_error is False
-            assert scoped == 3  # an SSE session keeps its scope
-            assert (await client.call_tool("search", {"query": "meanwhile"})).is_error is False
-            assert scoped == 3
+            assert scoped == 2 + kept
+            assert is_error(await session.call_tool("search", {"query": "sse again"})) is False
+            assert scoped == 3 + kept  # an SSE session keeps its scope
+            assert is_error(await client.call_tool("search", {"query": "meanwhile"})) is False
+            assert scoped == 3 + 2 * kept
 
 
 async def test_an_sse_client_imported_before_instrument_keeps_the_declaration_of_its_url(
@@ -298,7 +357,7 @@ async def test_an_sse_client_imported_before_instrument_keeps_the_declaration_of
         await session.initialize()
         with anyio.fail_after(10):
             result = await session.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert record[t.POLICY] == "app-authorized"
     assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
@@ -353,11 +412,11 @@ async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_t
     sse_server.faults.add("send_email", Throttle("0"))
     async with sse_session(sse_server) as session:
         started = time.monotonic()
-        with anyio.fail_after(10), pytest.raises(MCPError) as refused:
+        with anyio.fail_after(10), pytest.raises(McpError) as refused:
             await session.call_tool("send_email", {"to": "a", "body": "b"})
         assert time.monotonic() - started < 2.0
         assert "429" in str(refused.value)
-        assert (await session.call_tool("search", {"query": "next"})).is_error is False
+        assert is_error(await session.call_tool("search", {"query": "next"})) is False
     record = records(telemetry)[0]
     assert record[t.ATTEMPTS_STATUS] == (429,) and record[t.VERDICT] == "failed"
     assert sse_server.counters.executions("send_email") == 0
@@ -377,7 +436,7 @@ async def test_a_2xx_without_the_answer_is_may_have_run_under_app_authorized(
         async with Client(server.url) as client:
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
                 await client.call_tool("search", {"query": "q"})
-            assert (await client.call_tool("search", {"query": "next"})).is_error is False
+            assert is_error(await client.call_tool("search", {"query": "next"})) is False
     failed = records(telemetry)[0]
     assert failed[t.MAY_HAVE_RUN] is True
     assert failed[t.EFFECT] == "unknown"
@@ -392,7 +451,7 @@ async def test_a_body_cut_mid_way_is_repeated_when_the_tool_names_network(
         server.faults.add("search", DropMidBody())
         async with Client(server.url) as client:
             result = await client.call_tool("search", {"query": "q"})
-        assert not result.is_error
+        assert not is_error(result)
         record = the_record(telemetry)
         assert record[t.ATTEMPTS_FAILURE] == ("network", "")
         assert record[t.SENT] == 2 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
@@ -417,13 +476,13 @@ async def test_a_repeat_sends_the_same_bytes_in_the_same_session(
 async def test_auth_flows_run_again_for_each_attempt(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """Same identity, fresh credential: an httpx2 Auth flow signs every attempt anew."""
+    """Same identity, fresh credential: the HTTP client's Auth flow signs every attempt anew."""
 
-    class Counting(httpx2.Auth):
+    class Counting(http.Auth):
         def __init__(self) -> None:
             self.signed = 0
 
-        def auth_flow(self, request: httpx2.Request) -> Any:
+        def auth_flow(self, request: http.Request) -> Any:
             self.signed += 1
             request.headers["authorization"] = f"Bearer token-{self.signed}"
             yield request
@@ -434,8 +493,8 @@ async def test_auth_flows_run_again_for_each_attempt(
     from mcp.client.streamable_http import streamable_http_client
 
     async with (
-        httpx2.AsyncClient(auth=auth) as http,
-        streamable_http_client(server.url, http_client=http) as (read, write),
+        http.AsyncClient(auth=auth) as http_client,
+        streamable_http_client(server.url, http_client=http_client) as (read, write, *_),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -447,6 +506,20 @@ async def test_auth_flows_run_again_for_each_attempt(
 # -- a TCP cut through a real proxy --
 
 
+async def opened(client: Any) -> None:
+    """The session's opening is over: a round trip (1.x's `initialize` returns before its
+    `notifications/initialized` has been POSTed, and a failed notification POST ends the session)."""
+    await client.list_tools()
+
+
+async def closed_all(proxy: TcpProxy) -> None:
+    """Every connection open through the proxy closed, and gone from it."""
+    proxy.cut_active()
+    with anyio.fail_after(5):
+        while proxy.active:
+            await anyio.sleep(0.01)
+
+
 async def test_a_connection_accepted_then_closed_at_once_may_have_carried_the_request(
     telemetry: Telemetry, instrument: Any
 ) -> None:
@@ -456,9 +529,13 @@ async def test_a_connection_accepted_then_closed_at_once_may_have_carried_the_re
     with running_server("streamable") as server, TcpProxy(server.port) as proxy:
         url = server.url.replace(f":{server.port}", f":{proxy.port}")
         instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
-        async with Client(url, mode="2026-07-28") as client:
+        async with Client(url, mode=ERAS[-1]) as client:
+            await opened(client)
             proxy.refuse(True)
-            with anyio.fail_after(10), pytest.raises(MCPError):
+            # The connections the session opened (a legacy-era session, 1.x's only era, opens some)
+            # are closed too: the call's POST needs a new one, which the proxy accepts and closes.
+            await closed_all(proxy)
+            with anyio.fail_after(10), pytest.raises(McpError):
                 await client.call_tool("search", {"query": "q"})
             proxy.refuse(False)
         record = the_record(telemetry)
@@ -471,15 +548,20 @@ async def test_a_connection_accepted_then_closed_at_once_may_have_carried_the_re
 async def test_a_connection_refused_is_never_sent_so_its_effect_is_none(
     telemetry: Telemetry, instrument: Any
 ) -> None:
-    """Nothing listens (ECONNREFUSED): the request never left, so nothing can have run."""
-    with socket.socket() as probe:  # a port of this host that nothing listens on once it is closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/mcp"
-    instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
-    async with Client(url, mode="2026-07-28") as client:  # this protocol era sends nothing on open
-        with anyio.fail_after(10), pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    """Nothing listens (ECONNREFUSED): the request never left, so nothing can have run. The session
+    is opened through a proxy (a legacy-era session, 1.x's only era, talks to the server on open),
+    which is then stopped: nothing listens on its port any more, and the connections it held are
+    gone, so the call's POST needs a new connection, which is refused."""
+    with running_server("streamable") as server:
+        proxy = TcpProxy(server.port).start()
+        url = proxy.url_for(server.url)
+        instrument(servers={url: {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}})
+        async with Client(url, mode=ERAS[-1]) as client:
+            await opened(client)
+            proxy.stop()
+            with anyio.fail_after(10), pytest.raises(McpError):
+                await client.call_tool("search", {"query": "q"})
+        assert server.counters.tool_posts("search") == 0
     record = the_record(telemetry)
     assert set(record[t.ATTEMPTS_FAILURE]) == {"network"}
     assert set(record[t.ATTEMPTS_EFFECT]) == {"none"} and record[t.EFFECT] == "none"
@@ -495,7 +577,7 @@ async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, ins
     async with Client(params) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert record[t.SENT] == 1
     assert record[t.ENDPOINT] == "local"
@@ -504,15 +586,17 @@ async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, ins
     assert record[t.JSONRPC_REQUEST_ID].isdigit()  # the id the call went out under
 
 
-# -- one tree with the SDK's spans and the httpx2 instrumentor's --
+# -- one tree with the SDK's spans and the HTTP client instrumentor's --
 
 
 async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
+    """The attempts nest under the call's span and each POST under its attempt, with the line's own
+    HTTP client instrumentor (httpx2's on 2.x, httpx's on 1.x)."""
+    from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor, HTTPXClientInstrumentor
 
-    httpx_instrumentor = HTTPX2ClientInstrumentor()
+    httpx_instrumentor = HTTPX2ClientInstrumentor() if LINE == 2 else HTTPXClientInstrumentor()
     httpx_instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
     try:
         instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
@@ -535,8 +619,11 @@ async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
         assert attempt.parent is not None and attempt.parent.span_id == call.context.span_id
         posts = [s for s in spans if s.parent is not None and s.parent.span_id == attempt.context.span_id]
         assert len(posts) == 1 and posts[0].name == "POST"  # one HTTP client span per attempt, no duplicate
-    sdk = next(s for s in spans if s.name == "MCP send tools/call search")
-    assert sdk.parent is not None and sdk.parent.span_id == call.context.span_id
+    if LINE == 2:  # the SDK's own span of the request, under the call's
+        sdk = next(s for s in spans if s.name == "MCP send tools/call search")
+        assert sdk.parent is not None and sdk.parent.span_id == call.context.span_id
+    else:  # mcp 1.x has no OpenTelemetry of its own: the call's span is the only parent of the attempts
+        assert not [s for s in spans if s.name.startswith("MCP ")]
     assert all(s.kind.name == "INTERNAL" for s in attempts)
     assert by_id  # the tree was read from real exported spans
 
@@ -570,9 +657,12 @@ async def test_suppressed_instrumentation_records_and_repeats_nothing(
 ) -> None:
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("0"))
-    async with Client(server.url) as client:
-        with suppress_instrumentation(), pytest.raises(MCPError):
+
+    async def suppressed(client: Any) -> None:
+        with suppress_instrumentation():
             await client.call_tool("search", {"query": "q"})
+
+    await refused(server.url, 429, suppressed)
     assert records(telemetry) == []
     assert server.counters.tool_posts("search") == 1
 
@@ -596,11 +686,11 @@ async def test_metrics_count_attempts_waits_and_calls(
 
 def test_uninstrument_restores_every_patched_function(instrument: Any) -> None:
     instrumentor = instrument()
-    assert httpx2.AsyncClient.send is not ORIGINAL_SEND
+    assert http.AsyncClient.send is not ORIGINAL_SEND
     assert ClientSession.call_tool is not ORIGINAL_CALL_TOOL
     assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT  # never wrapped: import order cannot matter
     instrumentor.uninstrument()
-    assert httpx2.AsyncClient.send is ORIGINAL_SEND
+    assert http.AsyncClient.send is ORIGINAL_SEND
     assert ClientSession.call_tool is ORIGINAL_CALL_TOOL
     assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT
 
@@ -626,7 +716,7 @@ async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(
     """A tool name with a control character cannot be a record's word: the record is refused whole."""
     instrument(servers=strict(server, {}))
     async with Client(server.url) as client:
-        with contextlib.suppress(MCPError):
+        with contextlib.suppress(McpError):
             await client.call_tool("no\x07such", {})
     assert records(telemetry) == []
     ours = [s for s in telemetry.spans() if s.name.startswith(t.CALL_SPAN_PREFIX) and s.events]
@@ -645,11 +735,13 @@ async def test_a_tcp_cut_before_or_after_the_tool_ran(
     with running_server("streamable") as server, TcpProxy(server.port) as proxy:
         url = proxy.url_for(server.url)
         instrument(servers={url: {"policy": "app-authorized", "tools": {}}})
-        async with Client(url, mode="2026-07-28") as client:
+        # The newest era the line speaks: a cut lands on the tools/call POST whatever was sent
+        # before it (1.x speaks only the legacy era, whose session is opened first).
+        async with Client(url, mode=ERAS[-1]) as client:
             proxy.cut_next(None, forward_request=ran, match=b'"tools/call"')
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
                 await client.call_tool("search", {"query": "q"})
-            assert (await client.call_tool("search", {"query": "next"})).is_error is False
+            assert is_error(await client.call_tool("search", {"query": "next"})) is False
         assert server.counters.executions("search") == (2 if ran else 1)
         failed = records(telemetry)[0]
         assert failed[t.ATTEMPTS_EFFECT] == ("unknown",)
@@ -698,16 +790,18 @@ async def test_a_call_given_up_while_the_server_holds_its_post_files_the_attempt
 async def test_a_tools_call_sent_outside_call_tool_keeps_the_side_effect_guard(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    import mcp_types as types
-
     instrument(servers=strict(server, {"send_email": {"changes": True, "on": ["throttle"]}}))
     server.faults.add("send_email", Throttle("0"))
-    async with Client(server.url, mode="legacy") as client:
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name="send_email", arguments={"to": "a", "body": "b"})
-        )
-        with pytest.raises(MCPError):
-            await client.session.send_request(request, types.CallToolResult)
+    request: Any = types.CallToolRequest(
+        params=types.CallToolRequestParams(name="send_email", arguments={"to": "a", "body": "b"})
+    )
+    if LINE == 1:  # 1.x's send_request takes the ClientRequest union, not one of its members
+        request = types.ClientRequest(request)
+
+    async def send(client: Any) -> None:
+        await client.session.send_request(request, types.CallToolResult)
+
+    await refused(server.url, 429, send, mode="legacy")
     assert server.counters.tool_posts("send_email") == 1  # never repeated as if it were `initialize`
     assert records(telemetry) == []  # outside call_tool nothing is recorded
 
@@ -740,7 +834,7 @@ async def test_a_followed_redirect_is_one_attempt_and_the_answer_after_it_is_kno
     async with Client(server.url, mode=mode) as client:
         with anyio.fail_after(10):
             result = await client.call_tool("search", {"query": "q"})
-    assert not result.is_error
+    assert not is_error(result)
     record = the_record(telemetry)
     assert (record[t.EFFECT], record[t.VERDICT], record[t.SENT]) == ("applied", "completed", 1), str(record)
     assert record[t.ATTEMPTS_STATUS] == (200,) and record[t.ATTEMPTS_EFFECT] == ("applied",)
@@ -754,9 +848,8 @@ async def test_a_redirect_the_sdk_does_not_follow_is_recorded_as_what_came(
     instrument(servers={server.url: {"policy": "app-authorized", "tools": {}}})
     elsewhere = "http://127.0.0.2:9/mcp"  # another origin: the SDK does not follow it (never connected)
     server.faults.add("search", HttpStatus(307, headers={"location": elsewhere}))
-    async with Client(server.url) as client:
-        with anyio.fail_after(10), pytest.raises(MCPError):
-            await client.call_tool("search", {"query": "q"})
+    with anyio.fail_after(10):
+        await refused_call(server.url, "search", {"query": "q"}, 307)
     record = the_record(telemetry)
     assert record[t.ATTEMPTS_STATUS] == (307,) and record[t.ATTEMPTS_EFFECT] == ("unknown",)
     assert record[t.VERDICT] == "failed"
@@ -779,7 +872,7 @@ async def test_an_sse_answer_that_follows_a_cut_post_is_the_answer(
         for n in range(3):
             with anyio.fail_after(10):
                 result = await session.call_tool("send_email", {"to": "a", "body": f"b{n}"})
-            assert not result.is_error
+            assert not is_error(result)
     assert sse_server.counters.executions("send_email") == 3
     for record in records(telemetry):
         assert (record[t.VERDICT], record[t.EFFECT], record[t.MAY_HAVE_RUN]) == (
@@ -799,7 +892,7 @@ async def test_an_sse_answer_that_never_comes_after_a_cut_post_may_have_run(
     async with sse_session(sse_server) as session:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
             await session.call_tool("send_email", {"to": "a", "body": "b"})
-        assert (await session.call_tool("search", {"query": "next"})).is_error is False  # the session lives
+        assert is_error(await session.call_tool("search", {"query": "next"})) is False  # the session lives
     assert sse_server.counters.executions("send_email") == 1
     assert records(telemetry)[0][t.MAY_HAVE_RUN] is True
 
@@ -822,13 +915,13 @@ async def test_a_status_given_as_httpstatus_is_recorded_as_the_int_it_is(
     instrument()
     async with (
         server.session_manager.run(),
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://127.0.0.1:8000") as http,
-        streamable_http_client(f"http://127.0.0.1:8000{path}", http_client=http) as (read, write),
+        http.AsyncClient(transport=http.ASGITransport(app), base_url="http://127.0.0.1:8000") as http_client,
+        streamable_http_client(f"http://127.0.0.1:8000{path}", http_client=http_client) as (read, write, *_),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
         with anyio.fail_after(10):
-            assert (await session.call_tool("search", {"query": "q"})).is_error is False
+            assert is_error(await session.call_tool("search", {"query": "q"})) is False
     events = [e.name for s in telemetry.spans() for e in s.events]
     assert t.RECORD_REFUSED_EVENT not in events
     record = the_record(telemetry)
