@@ -19,9 +19,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import wrapt
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
-from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.runtime import Carried, Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
@@ -44,6 +45,8 @@ class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
                 by_request = (getattr(request, "id", None), call.tool)
                 rt.carried_requests.setdefault(by_request, []).append(call)
                 call.when_ended(lambda: _forget(rt, by_request, call))
+        elif not is_instrumentation_enabled():  # its POST is sent suppressed too (_Delivering)
+            self._self_rt.carried.suppressed[id(item)] = item
         await self.__wrapped__.send(item)
 
 
@@ -69,11 +72,14 @@ def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
 
 
 class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
-    """The transport's end of that stream: the call of each message it takes becomes current."""
+    """The transport's end of that stream: the call of each message it takes becomes current, and
+    instrumentation is suppressed while it takes one its sender sent suppressed (as 2.x's SDK sends
+    each message under its sender's whole context)."""
 
-    def __init__(self, wrapped: Any, carried: dict[int, tuple[Any, Any]]) -> None:
+    def __init__(self, wrapped: Any, carried: Carried) -> None:
         super().__init__(wrapped)
         self._self_carried = carried
+        self._self_suppressing: Any = None  # the suppression entered for the last message, if any
 
     async def __aenter__(self) -> _Delivering:
         await self.__wrapped__.__aenter__()
@@ -89,6 +95,14 @@ class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         item = await self.__wrapped__.__anext__()
         carried = self._self_carried.pop(id(item), None)
         CURRENT_CALL.set(carried[1] if carried is not None and carried[0] is item else None)
+        suppressed = self._self_carried.suppressed.pop(id(item), None) is item
+        suppressing = self._self_suppressing
+        if suppressed and suppressing is None:
+            suppressing = self._self_suppressing = suppress_instrumentation()
+            suppressing.__enter__()
+        elif not suppressed and suppressing is not None:
+            self._self_suppressing = None
+            suppressing.__exit__(None, None, None)
         return item
 
 
