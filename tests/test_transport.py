@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import random
 import sys
@@ -50,6 +51,32 @@ pytestmark = pytest.mark.anyio
 ORIGINAL_SEND = http.AsyncClient.send
 ORIGINAL_CALL_TOOL = ClientSession.call_tool
 ORIGINAL_SSE_CLIENT = mcp.client.sse.sse_client
+# Every seam the plugin wraps on the installed line: (module, attribute).
+SEAMS = [
+    (http.__name__, "AsyncClient.send"),
+    ("mcp.client.session", "ClientSession.call_tool"),
+    ("mcp.client.stdio", "stdio_client"),
+]
+if LINE == 2:
+    SEAMS += [
+        # `Client(StdioServerParameters(...))` calls the stdio_client its own module imported
+        ("mcp.client.client", "stdio_client"),
+        # a caller's cancel, told to the server, ends the call
+        ("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify"),
+    ]
+else:  # the carrier (patches/carrier.py) takes each call to the task that POSTs it
+    SEAMS += [
+        ("mcp.client.session", "ClientSession.__init__"),
+        ("mcp.shared.session", "BaseSession.send_request"),
+        ("mcp.client.streamable_http", "StreamableHTTPTransport.post_writer"),
+    ]
+
+
+def seam(module: str, name: str) -> Any:
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def strict(server: ServerHandle, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -685,13 +712,17 @@ async def test_metrics_count_attempts_waits_and_calls(
 
 
 def test_uninstrument_restores_every_patched_function(instrument: Any) -> None:
+    originals = [seam(*where) for where in SEAMS]
     instrumentor = instrument()
+    assert sorted(instrumentor._wrapped) == sorted(SEAMS)  # a new seam is named here too
     assert http.AsyncClient.send is not ORIGINAL_SEND
     assert ClientSession.call_tool is not ORIGINAL_CALL_TOOL
+    assert all(seam(*where) is not original for where, original in zip(SEAMS, originals, strict=True))
     assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT  # never wrapped: import order cannot matter
     instrumentor.uninstrument()
     assert http.AsyncClient.send is ORIGINAL_SEND
     assert ClientSession.call_tool is ORIGINAL_CALL_TOOL
+    assert all(seam(*where) is original for where, original in zip(SEAMS, originals, strict=True))
     assert mcp.client.sse.sse_client is ORIGINAL_SSE_CLIENT
 
 
@@ -702,12 +733,36 @@ def test_the_private_mcp_names_this_plugin_relies_on_are_still_there() -> None:
     from mcp.client.streamable_http import StreamableHTTPTransport
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    # sse_client's default factory: the plugin wraps it to mark the SSE transport's client.
+    # sse_client's default factory, the SDK's own: its client is an AsyncClient of the line's HTTP
+    # library, whose `send` (a class attribute) the HTTP seam wraps, whenever the client was made.
     default = inspect.signature(mcp.client.sse.sse_client).parameters["httpx_client_factory"].default
     assert default is create_mcp_http_client
     # The streamable-HTTP transport's Accept header: how its POSTs are known outside a tool call.
     headers = StreamableHTTPTransport("http://127.0.0.1:1/mcp")._prepare_headers()
     assert "application/json" in headers["accept"] and "text/event-stream" in headers["accept"]
+    if LINE == 1:
+        # The carrier (patches/carrier.py) replaces arguments by position or keyword: the write stream
+        # a session is given, and post_writer's stream reader and task group.
+        session_params = list(inspect.signature(ClientSession.__init__).parameters)
+        assert session_params[1:3] == ["read_stream", "write_stream"]
+        writer_params = list(inspect.signature(StreamableHTTPTransport.post_writer).parameters)
+        assert writer_params[1:] == [
+            "client",
+            "write_stream_reader",
+            "read_stream_writer",
+            "write_stream",
+            "start_get_stream",
+            "tg",
+        ]
+        # A session made before instrument() is given a carrier where it keeps its write stream.
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        with send, receive:
+            assert ClientSession(receive, send)._write_stream is send
+        # What the carrier reads of a message: `.message.root`, the JSON-RPC request.
+        from mcp.shared.message import SessionMessage
+
+        request = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="tools/call", params={"name": "search"})
+        assert SessionMessage(types.JSONRPCMessage(request)).message.root is request
 
 
 async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(

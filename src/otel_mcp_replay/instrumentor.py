@@ -54,6 +54,9 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
             ("mcp.client.session", "ClientSession.__init__", functools.partial(carrier.session_init, rt))
         )
         seams.append(
+            ("mcp.shared.session", "BaseSession.send_request", functools.partial(carrier.send_request, rt))
+        )
+        seams.append(
             (
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport.post_writer",

@@ -71,6 +71,19 @@ def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
             del rt.carried_requests[key]
 
 
+def send_request(
+    rt: Runtime, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`BaseSession.send_request`: a session made before instrument() never had its write stream
+    given to a carrier (`session_init`); it is given one when it first sends during a call, so the
+    HTTP seam still knows that call's POST (by its id and tool, `carried_call`)."""
+    if CURRENT_CALL.get() is not None:
+        stream = getattr(instance, "_write_stream", None)
+        if stream is not None and not isinstance(stream, _Carrier):
+            instance._write_stream = _Carrier(stream, rt)
+    return wrapped(*args, **kwargs)
+
+
 class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """The transport's end of that stream: the call of each message it takes becomes current, and
     instrumentation is suppressed while it takes one its sender sent suppressed (as 2.x's SDK sends

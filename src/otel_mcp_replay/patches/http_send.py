@@ -2,9 +2,10 @@
 
 Every other request of the process passes through untouched after two cheap checks. An MCP POST
 is one made inside a tool call (the call rides the context), one that carries the streamable-HTTP
-transport's Accept header, or one to the message endpoint a legacy-SSE stream announced (sse.py).
-A repeat sends the same `Request` again: the same body bytes and headers, with the client's auth
-flow run again for it.
+transport's Accept header, or one to the message endpoint a legacy-SSE stream announced (sse.py);
+on mcp 1.x, while a call sent from a task of its own waits (patches/carrier.py), a JSON POST is
+also read for its request. A repeat sends the same `Request` again: the same body bytes and
+headers, with the client's auth flow run again for it.
 A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x) and httpx
 (mcp 1.x) alike: what differs is the `HttpClient` bound in with the runtime.
 """
@@ -101,14 +102,15 @@ async def send(
     accept, content_type = _accept_and_content_type(request.headers)
     # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
     streamable = b"text/event-stream" in accept and b"application/json" in accept
-    if call is None and sse is None and not streamable:
+    if call is None and sse is None and not streamable and not rt.carried_requests:
         return await wrapped(*args, **kwargs)
     if call is not None and call.attempt is not None and call.attempt.state == "redirected":
         await request.aread()  # the next hop of a followed redirect: the same body, as a stream
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
-    if call is None and sse is not None and rt.carried_requests:  # mcp 1.x: POSTed from its own task
+    if call is None and not streamable and rt.carried_requests:
+        # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
         call = carried_call(rt, body)
     rest = dict(kwargs)
     rest.pop("request", None)
