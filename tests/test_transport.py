@@ -68,6 +68,7 @@ else:  # the carrier (patches/carrier.py) takes each call to the task that POSTs
     SEAMS += [
         ("mcp.client.session", "ClientSession.__init__"),
         ("mcp.shared.session", "BaseSession.send_request"),
+        ("mcp.client.streamable_http", "StreamableHTTPTransport._handle_post_request"),
         ("mcp.client.streamable_http", "StreamableHTTPTransport.post_writer"),
     ]
 
@@ -413,6 +414,29 @@ async def test_an_sse_stream_opened_before_instrument_is_refused_at_once_under_a
     assert (record[t.SENT], record[t.EFFECT], record[t.VERDICT]) == (0, "none", "failed")
 
 
+async def test_a_streamable_session_opened_before_instrument_has_its_calls_followed(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A session (and its transport) opened before instrument(): its calls are still this plugin's,
+    repeated by the declaration of its URL and filed as sent there (mcp 1.x POSTs from a task the
+    transport started before instrument(), where no call is current)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        streamable_http_client(server.url) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+        server.faults.add("search", Throttle("0"))
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "q"}))
+    record = the_record(telemetry)
+    assert (record[t.POLICY], record[t.ENDPOINT]) == ("app-authorized", server.origin)
+    assert record[t.ATTEMPTS_STATUS] == (429, 200) and record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert record[t.SENT] == 2 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+
+
 async def test_a_callers_timeout_is_never_replaced_by_a_plugin_error(
     sse_server: ServerHandle, server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
@@ -754,7 +778,15 @@ def test_the_private_mcp_names_this_plugin_relies_on_are_still_there() -> None:
             "start_get_stream",
             "tg",
         ]
-        # A session made before instrument() is given a carrier where it keeps its write stream.
+        # A session (or transport) made before instrument(): given a carrier where it keeps its write
+        # stream; its message's call made current where the message is POSTed.
+        assert list(inspect.signature(StreamableHTTPTransport._handle_post_request).parameters) == [
+            "self",
+            "ctx",
+        ]
+        from mcp.client.streamable_http import RequestContext
+
+        assert "session_message" in RequestContext.__dataclass_fields__
         send, receive = anyio.create_memory_object_stream[Any](1)
         with send, receive:
             assert ClientSession(receive, send)._write_stream is send

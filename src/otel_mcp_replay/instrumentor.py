@@ -59,6 +59,13 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         seams.append(
             (
                 "mcp.client.streamable_http",
+                "StreamableHTTPTransport._handle_post_request",
+                functools.partial(carrier.handle_post_request, rt),
+            )
+        )
+        seams.append(
+            (
+                "mcp.client.streamable_http",
                 "StreamableHTTPTransport.post_writer",
                 functools.partial(carrier.post_writer, rt),
             )

@@ -75,13 +75,32 @@ def send_request(
     rt: Runtime, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """`BaseSession.send_request`: a session made before instrument() never had its write stream
-    given to a carrier (`session_init`); it is given one when it first sends during a call, so the
-    HTTP seam still knows that call's POST (by its id and tool, `carried_call`)."""
+    given to a carrier (`session_init`); it is given one when it first sends during a call, so that
+    call's POST is still known (`handle_post_request`; on SSE by its id and tool, `carried_call`)."""
     if CURRENT_CALL.get() is not None:
         stream = getattr(instance, "_write_stream", None)
         if stream is not None and not isinstance(stream, _Carrier):
             instance._write_stream = _Carrier(stream, rt)
     return wrapped(*args, **kwargs)
+
+
+async def handle_post_request(
+    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`StreamableHTTPTransport._handle_post_request(ctx)`, in the task that POSTs `ctx`'s message: a
+    transport entered before instrument() takes its messages unwrapped (`post_writer`), so no call
+    is current there; the call that sent this very message becomes current for its POST."""
+    if CURRENT_CALL.get() is None:
+        ctx = args[0] if args else kwargs.get("ctx")
+        item = getattr(ctx, "session_message", None)
+        carried = rt.carried.get(id(item))
+        if carried is not None and carried[0] is item:
+            token = CURRENT_CALL.set(carried[1])
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                CURRENT_CALL.reset(token)
+    return await wrapped(*args, **kwargs)
 
 
 class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
