@@ -718,6 +718,23 @@ async def test_suppressed_instrumentation_records_and_repeats_nothing(
     assert server.counters.tool_posts("search") == 1
 
 
+async def test_suppressed_instrumentation_on_the_sse_transport_repeats_nothing(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """mcp 1.x POSTs an SSE session's messages from a task of its own: the caller's suppression rides
+    with its message there too (the plugin once repeated this 429 on 1.x)."""
+    instrument(
+        servers={sse_server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}}
+    )
+    sse_server.faults.add("search", Throttle("0"))
+    async with sse_session(sse_server) as session:
+        with suppress_instrumentation(), anyio.move_on_after(1.0):
+            await session.call_tool("search", {"query": "q"})  # the SDK alone never answers it
+        await anyio.sleep(0.3)  # a repeat would have been sent by now
+    assert records(telemetry) == []
+    assert sse_server.counters.tool_posts("search") == 1
+
+
 async def test_metrics_count_attempts_waits_and_calls(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:

@@ -62,6 +62,21 @@ def carried_call(rt: Runtime, body: dict[str, Any]) -> ToolCall | None:
     return waiting.pop(0) if waiting else None
 
 
+def sent_suppressed(rt: Runtime, body: dict[str, Any]) -> bool:
+    """Whether this request was sent while its sender suppressed instrumentation (the legacy SSE
+    transport POSTs it from a task of its own, which no seam reaches to suppress): the first such
+    message still alive with its id and method is taken."""
+    suppressed = rt.carried.suppressed
+    for key, item in list(suppressed.items()):  # only messages sent suppressed, not yet gone
+        request = getattr(getattr(item, "message", None), "root", None)
+        if getattr(request, "id", None) == body.get("id") and getattr(request, "method", None) == body.get(
+            "method"
+        ):
+            suppressed.pop(key, None)
+            return True
+    return False
+
+
 def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
     waiting = rt.carried_requests.get(key)
     if waiting is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 from opentelemetry import context as otel_context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
@@ -39,7 +39,7 @@ from otel_mcp_replay.law import (
     target_of,
 )
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
-from otel_mcp_replay.patches.carrier import carried_call
+from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
 from otel_mcp_replay.runtime import Runtime
@@ -109,9 +109,12 @@ async def send(
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
-    if call is None and not streamable and rt.carried_requests:
+    if call is None and not streamable and (rt.carried_requests or rt.carried.suppressed):
         # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
         call = carried_call(rt, body)
+        if call is None and sent_suppressed(rt, body):
+            with suppress_instrumentation():
+                return await wrapped(*args, **kwargs)
     rest = dict(kwargs)
     rest.pop("request", None)
     url = str(request.url)
