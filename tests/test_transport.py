@@ -812,6 +812,13 @@ def test_the_private_mcp_names_this_plugin_relies_on_are_still_there() -> None:
 
         request = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="tools/call", params={"name": "search"})
         assert SessionMessage(types.JSONRPCMessage(request)).message.root is request
+    else:
+        # A caller's cancel is known where the call's own session's dispatcher sends it (session.notify).
+        from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        with send, receive:
+            assert isinstance(ClientSession(receive, send)._dispatcher, JSONRPCDispatcher)
 
 
 async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(

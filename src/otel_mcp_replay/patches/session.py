@@ -58,7 +58,13 @@ async def notify(
     ends here, first, and a series waiting to repeat it stops and sends nothing more, instead of
     holding the caller's cancel for a Retry-After and then repeating a call no one waits for."""
     call = CURRENT_CALL.get()
-    if call is not None and (args[0] if args else kwargs.get("method")) == "notifications/cancelled":
+    if (
+        call is not None
+        and (args[0] if args else kwargs.get("method")) == "notifications/cancelled"
+        # The call's own session: an in-process server runs its handlers in the caller's context,
+        # and cancels its own requests (to the client) through its own dispatcher.
+        and getattr(call.session, "_dispatcher", None) is instance
+    ):
         call.abandon()
     return await wrapped(*args, **kwargs)
 
