@@ -62,18 +62,6 @@ class Instruments:
         )
 
 
-class Carried(dict[int, tuple[Any, Any]]):
-    """mcp 1.x: the messages sent during a call, by id, with that call (patches/carrier.py); and in
-    `suppressed`, those sent while instrumentation was suppressed (weak: a message gone is
-    forgotten, whichever transport took it, or none)."""
-
-    __slots__ = ("suppressed",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.suppressed: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-
 @dataclass(frozen=True, eq=False)
 class Runtime:
     tracer: Tracer
@@ -96,7 +84,12 @@ class Runtime:
     # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
     streamable_sessions: set[int] = field(default_factory=set)
     # mcp 1.x: messages sent during a call, by id, with that call (patches/carrier.py).
-    carried: Carried = field(default_factory=Carried)
+    carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    # ... and those sent while instrumentation was suppressed (weak: a message gone is forgotten,
+    # whichever transport took it, or none).
+    suppressed_messages: weakref.WeakValueDictionary[int, Any] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
     # ... and their tools/call requests by (JSON-RPC id, tool), for the legacy SSE transport's POSTs.
     carried_requests: dict[tuple[Any, str], list[Any]] = field(default_factory=dict)
     # The repeat guard; None when its window is 0.

@@ -22,7 +22,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
-from otel_mcp_replay.runtime import Carried, Runtime
+from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
@@ -40,13 +40,13 @@ class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             rt, key = self._self_rt, id(item)
             rt.carried[key] = (item, call)
             call.when_ended(lambda: rt.carried.pop(key, None))
-            request = getattr(getattr(item, "message", None), "root", None)
+            request = _request_of(item)
             if getattr(request, "method", None) == TOOLS_CALL_METHOD:
                 by_request = (getattr(request, "id", None), call.tool)
                 rt.carried_requests.setdefault(by_request, []).append(call)
                 call.when_ended(lambda: _forget(rt, by_request, call))
         elif not is_instrumentation_enabled():  # its POST is sent suppressed too (_Delivering)
-            self._self_rt.carried.suppressed[id(item)] = item
+            self._self_rt.suppressed_messages[id(item)] = item
         await self.__wrapped__.send(item)
 
 
@@ -66,15 +66,26 @@ def sent_suppressed(rt: Runtime, body: dict[str, Any]) -> bool:
     """Whether this request was sent while its sender suppressed instrumentation (the legacy SSE
     transport POSTs it from a task of its own, which no seam reaches to suppress): the first such
     message still alive with its id and method is taken."""
-    suppressed = rt.carried.suppressed
+    suppressed = rt.suppressed_messages
     for key, item in list(suppressed.items()):  # only messages sent suppressed, not yet gone
-        request = getattr(getattr(item, "message", None), "root", None)
+        request = _request_of(item)
         if getattr(request, "id", None) == body.get("id") and getattr(request, "method", None) == body.get(
             "method"
         ):
             suppressed.pop(key, None)
             return True
     return False
+
+
+def _request_of(item: Any) -> Any:
+    """The JSON-RPC message a `SessionMessage` holds (1.x wraps it in a `RootModel`)."""
+    return getattr(getattr(item, "message", None), "root", None)
+
+
+def _call_of(carried: dict[int, tuple[Any, Any]], item: Any, *, take: bool) -> ToolCall | None:
+    """The call that sent this very message (its id alone could be another's, once it is gone)."""
+    found = carried.pop(id(item), None) if take else carried.get(id(item))
+    return found[1] if found is not None and found[0] is item else None
 
 
 def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
@@ -107,10 +118,9 @@ async def handle_post_request(
     is current there; the call that sent this very message becomes current for its POST."""
     if CURRENT_CALL.get() is None:
         ctx = args[0] if args else kwargs.get("ctx")
-        item = getattr(ctx, "session_message", None)
-        carried = rt.carried.get(id(item))
-        if carried is not None and carried[0] is item:
-            token = CURRENT_CALL.set(carried[1])
+        call = _call_of(rt.carried, getattr(ctx, "session_message", None), take=False)
+        if call is not None:
+            token = CURRENT_CALL.set(call)
             try:
                 return await wrapped(*args, **kwargs)
             finally:
@@ -123,9 +133,9 @@ class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     instrumentation is suppressed while it takes one its sender sent suppressed (as 2.x's SDK sends
     each message under its sender's whole context)."""
 
-    def __init__(self, wrapped: Any, carried: Carried) -> None:
+    def __init__(self, wrapped: Any, rt: Runtime) -> None:
         super().__init__(wrapped)
-        self._self_carried = carried
+        self._self_rt = rt
         self._self_suppressing: Any = None  # the suppression entered for the last message, if any
 
     async def __aenter__(self) -> _Delivering:
@@ -140,9 +150,9 @@ class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
 
     async def __anext__(self) -> Any:
         item = await self.__wrapped__.__anext__()
-        carried = self._self_carried.pop(id(item), None)
-        CURRENT_CALL.set(carried[1] if carried is not None and carried[0] is item else None)
-        suppressed = self._self_carried.suppressed.pop(id(item), None) is item
+        rt = self._self_rt
+        CURRENT_CALL.set(_call_of(rt.carried, item, take=True))
+        suppressed = rt.suppressed_messages.pop(id(item), None) is item
         suppressing = self._self_suppressing
         if suppressed and suppressing is None:
             suppressing = self._self_suppressing = suppress_instrumentation()
@@ -184,7 +194,7 @@ def post_writer(
     """`post_writer(client, write_stream_reader, read_stream_writer, write_stream, start_get_stream,
     tg)`: each message's call becomes current, and the task the message is sent from tells it when
     it ends."""
-    args = _replaced(args, kwargs, 1, "write_stream_reader", lambda s: _Delivering(s, rt.carried))
+    args = _replaced(args, kwargs, 1, "write_stream_reader", lambda s: _Delivering(s, rt))
     return wrapped(*_replaced(args, kwargs, 5, "tg", _Handling), **kwargs)
 
 

@@ -109,7 +109,7 @@ async def send(
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
-    if call is None and not streamable and (rt.carried_requests or rt.carried.suppressed):
+    if call is None and not streamable and (rt.carried_requests or rt.suppressed_messages):
         # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
         call = carried_call(rt, body)
         if call is None and sent_suppressed(rt, body):
