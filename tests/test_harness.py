@@ -678,7 +678,7 @@ def test_the_receiver_decodes_spans_from_the_real_exporter(compression: Compress
         assert p["resource"]["service.name"] == "harness-test"
         assert (p["scope"], p["scope_version"]) == ("harness.scope", "1.2.3")
         raw = receiver.raw_requests()
-        assert all(r.path == "/v1/traces" for r in raw)
+        assert raw and all(r.path == "/v1/traces" for r in raw)
         if compression is Compression.Gzip:
             assert all(dict(r.headers)["content-encoding"] == "gzip" for r in raw)
             assert all(gzip.decompress(r.wire) == r.body for r in raw)
