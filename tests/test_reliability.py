@@ -43,7 +43,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from conftest import Telemetry, records
+from conftest import Telemetry, declared, records
 from harness.client import ERAS, Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
@@ -921,7 +921,7 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
             instrumentor = McpReplayInstrumentor()
             instrumentor.instrument(
                 tracer_provider=provider,
-                servers={server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}},
+                servers=declared(server, {"search": {"on": ["throttle"]}}),
             )
             try:
                 async with Client(server.url) as client:
