@@ -23,7 +23,7 @@ if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
 
 # LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
-collect_ignore = ["test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
+collect_ignore = ["frameworks/test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
 
 
 @pytest.fixture

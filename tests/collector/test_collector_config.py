@@ -48,7 +48,7 @@ import yaml
 
 from otel_mcp_replay import telemetry as t
 
-CC = Path(__file__).resolve().parents[1] / "collector-config"
+CC = Path(__file__).resolve().parents[2] / "collector-config"
 SINGLE = CC / "otelcol.yaml"
 AGENT = CC / "otelcol-agent.yaml"
 GATEWAY = CC / "otelcol-gateway.yaml"

@@ -1,6 +1,6 @@
 """The record allow-list on full-size records: as strict as on small ones, and its rows read in C.
 
-tests/test_record.py mostly checks records of a few rows, which the validator reads cell by cell;
+tests/law/test_record.py mostly checks records of a few rows, which the validator reads cell by cell;
 a record of more rows is checked column by column in C (gc.get_referents, then the cells' exact
 classes, then their values). These tests put every kind of bad cell at every kind of position of a
 full 100-row record, and count the Python work of a full record (tests/growth.py: never a clock):

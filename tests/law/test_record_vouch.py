@@ -16,7 +16,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tests.test_redaction import full_record
+from tests.redaction.test_redaction import full_record
 
 from conftest import declared
 from otel_mcp_replay import telemetry as t
