@@ -106,9 +106,11 @@ SEED_ENV = "OTEL_MCP_REPLAY_RELIABILITY_SEED"
 QUICK_SEED = 20261129
 QUICK_CALLS = 240
 LONG_CALLS = 2400
-# Generous: a call settles within its wait cap, plus the stalls the server was told to make, plus this.
+# A call settles within its wait cap, plus the stalls the server was told to make, plus this: the
+# figure the summary prints against. The verdict on waiting is the record's (its waits within the
+# cap), never a clock's.
 SETTLE_SLACK_S = 5.0
-# A call that has not settled this long after its bound is stuck: stop it and report it.
+# A call that has not settled this long after that is stuck: stop it and report it (a hang guard).
 HANG_GUARD_S = 20.0
 # A caller who gives up during a 1 s Retry-After wait does so this far in.
 IN_WAIT_CANCEL_S = 0.4
@@ -701,6 +703,8 @@ class Rig:
             stats.attempts += sent
             if sent > rnd.max_attempts:
                 self.violation(rnd, f"record {rid}: sent {sent} > max_attempts")
+            if sum(record[t.ATTEMPTS_WAIT_MS]) > rnd.max_wait_ms:
+                self.violation(rnd, f"record {rid}: waited {record[t.ATTEMPTS_WAIT_MS]} ms > the cap")
             plan = plan_of.get(rid)
             if plan is None:
                 # No POST of it reached the server: never sent, or its only attempt was cut by the
@@ -748,13 +752,9 @@ class Rig:
             if result is None:
                 self.violation(rnd, "the call never ran", plan)
                 continue
-            if plan.cancel is None:
+            if plan.cancel is None:  # a figure for the summary, not a verdict
                 over = result.duration_s - (rnd.max_wait_ms / 1000 + plan.stall_s)
                 self.stats.longest_over_s = max(self.stats.longest_over_s, over)
-            if result.duration_s > self.bound_s(rnd, plan):
-                self.violation(
-                    rnd, f"settled in {result.duration_s:.2f} s > bound {self.bound_s(rnd, plan):.2f} s", plan
-                )
 
     def _check_outcome(
         self, rnd: Round, plan: CallPlan, record: dict[str, Any], result: CallResult | None
