@@ -370,7 +370,8 @@ def abortable_h11_protocol(registry: ConnectionRegistry) -> type[H11Protocol]:
     Pass it as `uvicorn.Config(http=...)`. Raising from an ASGI app cannot drop a connection
     silently (uvicorn answers 500 when no response started), so the injector closes the transport.
     `H11Protocol` is uvicorn's, not a documented API (none hands out a connection's transport):
-    tests/test_harness.py pins it (test_uvicorn_still_hands_each_connection_to_the_registry_that_cuts_it).
+    tests/harness/test_harness.py pins it
+    (test_uvicorn_still_hands_each_connection_to_the_registry_that_cuts_it).
     """
 
     class _RegisteringH11Protocol(H11Protocol):

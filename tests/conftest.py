@@ -1,9 +1,10 @@
-"""Shared fixtures: real OTel SDK pipelines in memory, and the instrumentor switched on and off."""
+"""Shared fixtures: real OTel SDK pipelines in memory, the demo server, the instrumentor switched on
+and off, and the one builder of a server's declaration."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from importlib.metadata import version
 from typing import Any
 
@@ -22,7 +23,7 @@ if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
 
 # LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
-collect_ignore = ["test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
+collect_ignore = ["frameworks/test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
 
 
 @pytest.fixture
@@ -76,12 +77,21 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def server() -> Iterator[Any]:
-    """The demo MCP server (streamable HTTP, SSE-framed answers) on 127.0.0.1."""
+def server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The demo MCP server on 127.0.0.1: streamable HTTP (SSE-framed answers), or, in a module that
+    sets SERVER_TRANSPORTS, each transport it names (see pytest_generate_tests)."""
     from harness.server import running_server
 
-    with running_server("streamable") as handle:
+    with running_server(getattr(request, "param", "streamable")) as handle:
         yield handle
+
+
+def declared(
+    server: Any, tools: Mapping[str, Any], policy: str = "app-authorized", **more: Any
+) -> dict[str, Any]:
+    """The `servers` declaration of one server's URL: its policy, its tools and any other field
+    (`deduplicates`, `label`, ...)."""
+    return {server.url: {"policy": policy, "tools": dict(tools), **more}}
 
 
 @pytest.fixture
@@ -174,6 +184,14 @@ def leaves(group: BaseExceptionGroup[BaseException]) -> list[Any]:
     for exc in group.exceptions:
         out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module's `SERVER_TRANSPORTS = ("streamable", "sse")` runs each of its tests that uses the
+    `server` fixture once on each transport."""
+    transports = getattr(metafunc.module, "SERVER_TRANSPORTS", None)
+    if transports and "server" in metafunc.fixturenames:
+        metafunc.parametrize("server", transports, indirect=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +43,7 @@ from pydantic_ai.messages import ModelResponse as PydanticResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
-from conftest import Telemetry, records, the_record
+from conftest import Telemetry, declared, records, the_record
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError
@@ -201,16 +201,9 @@ def framework(request: pytest.FixtureRequest) -> Framework:
     return request.param  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=["streamable", "sse"])
-def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
-    """The fault server, one per test: streamable HTTP (/mcp) or the legacy SSE transport (/sse)."""
-    with running_server(request.param) as handle:
-        yield handle
-
-
-def declared(server: ServerHandle, tools: dict[str, Any]) -> dict[str, Any]:
-    """An app-authorized declaration for the URL the app connects to (for SSE, the /sse URL)."""
-    return {server.url: {"policy": "app-authorized", "tools": tools}}
+# The fault server (conftest's `server`), one per test: streamable HTTP (/mcp) or the legacy SSE
+# transport (/sse); a declaration is of the URL the app connects to (for SSE, the /sse URL).
+SERVER_TRANSPORTS = ("streamable", "sse")
 
 
 def _sse(server: ServerHandle) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import Telemetry, attempt_spans, the_record
+from conftest import Telemetry, attempt_spans, declared, the_record
 from harness.faults import Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import McpReplayInstrumentor
@@ -31,10 +31,7 @@ CANARY = "CANARY-env-4b1d"
 pytestmark = pytest.mark.anyio
 
 
-def _declaration(server: ServerHandle) -> dict[str, Any]:
-    return {
-        server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}, "label": "demo"}
-    }
+SEARCH_ON_THROTTLE = {"search": {"on": ["throttle"]}}
 
 
 async def _one_throttled_call(server: ServerHandle) -> None:
@@ -47,7 +44,9 @@ async def _one_throttled_call(server: ServerHandle) -> None:
 async def test_servers_from_inline_json(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, json.dumps(_declaration(server)))
+    monkeypatch.setenv(
+        ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, json.dumps(declared(server, SEARCH_ON_THROTTLE, label="demo"))
+    )
     instrument()
     await _one_throttled_call(server)
     record = the_record(telemetry)
@@ -66,7 +65,7 @@ async def test_servers_from_a_config_file(
 ) -> None:
     path = tmp_path / f"replay{suffix}"
     if suffix == ".json":
-        path.write_text(json.dumps({"servers": _declaration(server)}))
+        path.write_text(json.dumps({"servers": declared(server, SEARCH_ON_THROTTLE, label="demo")}))
     else:
         path.write_text(
             f'[servers."{server.url}"]\npolicy = "app-authorized"\nlabel = "demo"\n'
@@ -81,7 +80,9 @@ async def test_servers_from_a_config_file(
 async def test_keywords_override_the_environment(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, json.dumps(_declaration(server)))
+    monkeypatch.setenv(
+        ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, json.dumps(declared(server, SEARCH_ON_THROTTLE, label="demo"))
+    )
     monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS, "5")
     instrument(servers={server.url: {"policy": "app-authorized"}}, max_attempts=1)
     await _one_throttled_call(server)

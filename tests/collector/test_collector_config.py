@@ -48,7 +48,7 @@ import yaml
 
 from otel_mcp_replay import telemetry as t
 
-CC = Path(__file__).resolve().parents[1] / "collector-config"
+CC = Path(__file__).resolve().parents[2] / "collector-config"
 SINGLE = CC / "otelcol.yaml"
 AGENT = CC / "otelcol-agent.yaml"
 GATEWAY = CC / "otelcol-gateway.yaml"
@@ -371,9 +371,10 @@ def test_the_strict_loader_refuses_a_duplicate_key() -> None:
 
 def test_the_readme_names_every_file() -> None:
     text = README.read_text()
-    for path in CC.rglob("*"):
-        if path.is_file() and path != README:
-            assert str(path.relative_to(CC)) in text, f"README.md does not mention {path.relative_to(CC)}"
+    files = [path for path in CC.rglob("*") if path.is_file() and path != README]
+    assert files, f"no files found under {CC}"
+    for path in files:
+        assert str(path.relative_to(CC)) in text, f"README.md does not mention {path.relative_to(CC)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +384,9 @@ def test_the_readme_names_every_file() -> None:
 def test_telemetry_strings_are_keys_or_named_as_another_kind() -> None:
     """A new constant is either an attribute key (dotted, lower case) or named as a span/metric name."""
     dotted = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
-    for name, value in telemetry_strings().items():
+    strings = telemetry_strings()
+    assert strings, "no telemetry strings found"
+    for name, value in strings.items():
         if not _is_span_or_metric_name(name):
             assert dotted.match(value), f"telemetry.{name} = {value!r} is neither a key nor a named kind"
     keys = plugin_attribute_keys()
@@ -465,6 +468,7 @@ def test_status_messages_are_masked_with_the_blocked_values_right_after_redactio
     span and span-event attributes only); the plugin masks it, and so does transform/redact_status,
     with the very same patterns, in every pipeline that redacts."""
     config = load_yaml(path)
+    assert pipelines(config), f"{path.name}: no pipelines"
     for name, pipeline in pipelines(config).items():
         names = pipeline["processors"]
         if "redaction" in names:
@@ -472,7 +476,7 @@ def test_status_messages_are_masked_with_the_blocked_values_right_after_redactio
     (group,) = config["processors"]["transform/redact_status"]["trace_statements"]
     assert group["context"] == "span"
     replaced = [OTTL_REPLACE_STATUS.fullmatch(statement) for statement in group["statements"]]
-    assert all(replaced), group["statements"]
+    assert replaced and all(replaced), group["statements"]
     patterns = [ottl_string(match.group(1)) for match in replaced if match]
     assert patterns == redaction(path)["blocked_values"]
     assert {ottl_string(match.group(2)) for match in replaced if match} == {"****"}
@@ -614,6 +618,7 @@ def test_blocked_values_mask_the_secrets(path: Path) -> None:
 @pytest.mark.parametrize("path", REDACTING, ids=lambda p: p.name)
 def test_blocked_values_leave_the_contract_words_alone(path: Path) -> None:
     patterns = redaction(path)["blocked_values"]
+    assert harmless_values(), "no harmless values found"
     for value in sorted(harmless_values()):
         assert masked(value, patterns) == value, f"would mask a harmless value: {value!r}"
 
@@ -623,6 +628,7 @@ def test_blocked_key_patterns_guard_secret_keys_and_spare_the_listed_ones(path: 
     patterns = redaction(path)["blocked_key_patterns"]
     for key in SENSITIVE_KEYS:
         assert any(re.search(p, key) for p in patterns), key
+    assert allow_list(path), f"{path.name}: no allow-list"
     for key in allow_list(path):
         hit = [p for p in patterns if re.search(p, key)]
         assert not hit, f"{key} is allowed but its value would be masked by {hit}"
@@ -716,6 +722,7 @@ def test_pipelines_use_only_defined_components_and_every_one_is_used(path: Path)
     used: dict[str, set[str]] = {kind: set() for kind in KNOWN_TYPES}
     connectors = set(config.get("connectors") or {})
     connector_ends: dict[str, set[str]] = {connector: set() for connector in connectors}
+    assert pipelines(config), f"{path.name}: no pipelines"
     for name, pipeline in pipelines(config).items():
         assert name.split("/")[0] in {"traces", "metrics", "logs"}, name
         assert set(pipeline) <= {"receivers", "processors", "exporters"}, name
@@ -838,7 +845,7 @@ def test_gateway_samples_exactly_as_the_single_tier() -> None:
 def test_policies_read_contract_keys_and_words(path: Path) -> None:
     section = tail_sampling(path)
     names = [p["name"] for p in leaf_policies(section["policies"])]
-    assert len(names) == len(set(names))
+    assert names and len(names) == len(set(names))
     for policy in leaf_policies(section["policies"]):
         kind = policy["type"]
         options = policy.get(kind) or {}
@@ -924,6 +931,7 @@ def test_sampling_reads_only_keys_the_redaction_before_it_keeps() -> None:
     # redaction runs before the gateway's sampling.
     for redacting, sampling in ((SINGLE, SINGLE), (AGENT, GATEWAY)):
         allowed = set(allow_list(redacting))
+        assert list(leaf_policies(tail_sampling(sampling)["policies"])), f"{sampling.name}: no policies"
         for policy in leaf_policies(tail_sampling(sampling)["policies"]):
             options = policy.get(policy["type"]) or {}
             read = {options["key"]} if "key" in options else set()
@@ -1200,6 +1208,7 @@ def test_what_is_exported_carries_only_allowed_keys(layout: str) -> None:
     """The mark that splits the uncertain spans off never leaves the collector."""
     allowed = set(allow_list(SINGLE))
     run = run_layout(layout, [span for span, _ in SAMPLE_SPANS], sampled=True)
+    assert any(run.exported.values()), f"{layout}: nothing was exported"
     for spans in run.exported.values():
         for span in spans:
             assert set(span["attributes"]) <= allowed, span
@@ -1359,7 +1368,10 @@ def config_flag(service: Mapping[str, Any], flag: str) -> str:
 
 @pytest.mark.parametrize("path", (COMPOSE, COMPOSE_TWO_TIER), ids=lambda p: p.name)
 def test_published_ports_bind_loopback_only(path: Path) -> None:
-    for name, service in compose_services(path).items():
+    # The two-tier file is an overlay that publishes nothing itself: what runs is it over the base.
+    services = compose_services(COMPOSE) if path == COMPOSE else merged_services()
+    assert any(list(published_host_ips(service)) for service in services.values()), path.name
+    for name, service in services.items():
         for host_ip in published_host_ips(service):
             assert host_ip in {"127.0.0.1", "::1"}, (
                 f"{path.name}: {name} publishes on {host_ip or 'every address'}"
@@ -1369,6 +1381,7 @@ def test_published_ports_bind_loopback_only(path: Path) -> None:
 @pytest.mark.parametrize("path", (COMPOSE, COMPOSE_TWO_TIER), ids=lambda p: p.name)
 def test_bind_mounts_exist_and_named_volumes_are_declared(path: Path) -> None:
     declared = set((load_yaml(COMPOSE).get("volumes") or {}) | (load_yaml(path).get("volumes") or {}))
+    assert any(mounts(service) for service in compose_services(path).values()), f"{path.name}: no mounts"
     for name, service in compose_services(path).items():
         for mount in mounts(service):
             if mount.source.startswith("."):
@@ -1419,6 +1432,7 @@ def test_every_config_file_is_mounted_by_a_compose_file() -> None:
     def mounted(path: Path) -> bool:
         return any(path.resolve() == s or s in path.resolve().parents for s in sources)
 
+    assert config_files(), "no config files found"
     for path in config_files():
         if path not in (COMPOSE, COMPOSE_TWO_TIER):
             assert mounted(path), f"{path.relative_to(CC)} is not mounted by either compose file"
@@ -1466,6 +1480,7 @@ def test_the_readme_names_no_default_resolver() -> None:
 
 def test_images_are_pinned() -> None:
     for path in (COMPOSE, COMPOSE_TWO_TIER):
+        assert compose_services(path), f"{path.name}: no services"
         for name, service in compose_services(path).items():
             image = service.get("image")
             if image is None:
@@ -1481,6 +1496,7 @@ def test_exporters_reach_services_compose_runs() -> None:
     services = compose_services(COMPOSE)
     tempo_grpc = load_yaml(TEMPO)["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
     for path in SAMPLING:
+        assert load_yaml(path)["exporters"], f"{path.name}: no exporters"
         for exporter in load_yaml(path)["exporters"].values():
             host, port = resolve(exporter["endpoint"]).rsplit(":", 1)
             assert host in services, exporter
@@ -1517,7 +1533,8 @@ def test_the_dashboard_uses_the_provisioned_datasource() -> None:
     uid = tempo_datasource()["uid"]
     dashboard = load_json(DASHBOARD)
     ids = [panel["id"] for panel in dashboard["panels"]]
-    assert len(ids) == len(set(ids))
+    assert ids and len(ids) == len(set(ids))
+    assert dashboard_targets(), "no panel has a query"
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24

@@ -12,7 +12,6 @@ import importlib
 import json
 import random
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-from conftest import Telemetry, attempt_spans, leaves, records, refused, refused_call, the_record
+from conftest import Telemetry, attempt_spans, declared, leaves, records, refused, refused_call, the_record
 from harness.client import ERAS, Client, McpError, http, is_error, types
 from harness.faults import (
     DropAfterExecution,
@@ -80,10 +79,6 @@ def seam(module: str, name: str) -> Any:
     return found
 
 
-def strict(server: ServerHandle, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {server.url: {"policy": "app-authorized", "tools": tools, **more}}
-
-
 @contextlib.asynccontextmanager
 async def sessions(url: str, count: int, mode: str | None = None) -> AsyncIterator[Callable[[], Any]]:
     """The session each of `count` concurrent calls uses (`async with session_for() as client`): one
@@ -127,37 +122,39 @@ def ended_by_a_refusal() -> Iterator[None]:
 async def test_retry_after_is_honoured(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, form: str
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     value = "1" if form == "delta-seconds" else http_date(2)
     server.faults.add("search", Throttle(value))
-    started = time.monotonic()
-    async with Client(server.url) as client:
-        await client.call_tool("search", {"query": "q"})
+    with anyio.fail_after(30):  # a guard against a hang only
+        async with Client(server.url) as client:
+            await client.call_tool("search", {"query": "q"})
     posts = [p for p in server.counters.post_log() if p.tool == "search"]
-    gap = posts[1].at - posts[0].at
-    assert gap >= 0.95  # never sooner than the server asked (an HTTP-date has 1 s resolution)
-    assert gap < 4.0
+    assert len(posts) == 2
+    # Never sooner than the server asked (an HTTP-date has 1 s resolution): a lower bound, which a
+    # busy machine can only make longer. How long it planned to wait is the record's.
+    assert posts[1].at - posts[0].at >= 0.95
     wait = the_record(telemetry)[t.ATTEMPTS_WAIT_MS][0]
     assert 900 <= wait <= 2100
-    assert time.monotonic() - started < 10
 
 
 async def test_a_retry_after_past_the_cap_declines_without_waiting(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_wait_ms=500)
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}), max_wait_ms=500)
     server.faults.add("search", Throttle("30"))
-    started = time.monotonic()
-    await refused_call(server.url, "search", {"query": "q"}, 429)
-    assert time.monotonic() - started < 5  # declined at once, not shortened to the cap
+    with anyio.fail_after(20):  # a guard against waiting the 30 s out; the verdict is the record's
+        await refused_call(server.url, "search", {"query": "q"}, 429)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "budget"
-    assert the_record(telemetry)[t.SENT] == 1
+    # Declined at once, not shortened to the cap: no wait planned, nothing sent again.
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1 == server.counters.tool_posts("search")
+    assert record[t.ATTEMPTS_WAIT_MS] == (0,)
 
 
 async def test_max_attempts_bounds_the_series(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}), max_attempts=4)
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}), max_attempts=4)
     server.faults.add("search", *[Throttle("0")] * 10)
     await refused_call(server.url, "search", {"query": "q"}, 429)
     record = the_record(telemetry)
@@ -173,7 +170,7 @@ async def test_the_retry_budget_stops_a_429_storm_from_multiplying_load(
 ) -> None:
     """40 concurrent calls all refused: with a budget of 10 tokens, repeats stop at half."""
     instrument(
-        servers=strict(server, {"search": {"on": ["throttle"]}}), retry_budget=(10, 0.1), max_attempts=5
+        servers=declared(server, {"search": {"on": ["throttle"]}}), retry_budget=(10, 0.1), max_attempts=5
     )
     server.faults.set_rule(lambda ctx: Throttle("0") if ctx.tool == "search" else None)
     async with sessions(server.url, 40) as session_for:
@@ -199,13 +196,15 @@ async def test_the_retry_budget_stops_a_429_storm_from_multiplying_load(
 async def test_a_cancelled_call_sends_nothing_more_and_stops_waiting(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("3"))
     async with Client(server.url, mode=mode) as client:
-        started = time.monotonic()
-        with anyio.move_on_after(0.5):
+        with anyio.move_on_after(0.5) as scope:
             await client.call_tool("search", {"query": "q"})
-        assert time.monotonic() - started < 1.5
+        # It stopped waiting: a wait the cancel could not end would have returned after the
+        # Retry-After's repeat, its second POST already sent.
+        assert scope.cancelled_caught
+        assert server.counters.tool_posts("search") == 1
         await anyio.sleep(3.5)  # past the Retry-After: a series still running would have sent by now
         assert server.counters.tool_posts("search") == 1
         assert is_error(await client.call_tool("search", {"query": "next"})) is False
@@ -217,7 +216,7 @@ async def test_a_cancelled_call_sends_nothing_more_and_stops_waiting(
 async def test_a_read_timeout_gives_the_call_up_and_nothing_more_is_sent(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("3"))
     async with Client(server.url, mode=mode) as client:
         with pytest.raises(McpError):
@@ -233,7 +232,7 @@ async def test_fifty_concurrent_calls_with_mixed_faults_each_record_matches_the_
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     tools = {"search": {"on": ["throttle", "network"]}, "charge": {"changes": True, "on": ["network"]}}
-    instrument(servers=strict(server, tools, deduplicates={"argument": "idempotency_key"}))
+    instrument(servers=declared(server, tools, deduplicates={"argument": "idempotency_key"}))
     rng = random.Random(20261129)
     menu = [None, None, Throttle("0"), Status(503), DropBeforeExecution(), DropAfterExecution()]
 
@@ -404,10 +403,9 @@ async def test_an_sse_stream_opened_before_instrument_is_refused_at_once_under_a
         await session.initialize()
         declared = sse_server.url if key == "url" else sse_server.origin
         instrument(servers={declared: {"policy": "app-authorized", "tools": {}}})
-        started = time.monotonic()
+        # The SDK's own timeout is far longer than this guard against a hang.
         with anyio.fail_after(10), pytest.raises(ReplayUnavailableError):
             await session.call_tool("search", {"query": "q"})
-        assert time.monotonic() - started < 2.0
         assert (await session.list_tools()).tools  # the connection itself still works
     assert sse_server.counters.tool_posts("search") == 0  # refused before it was sent
     record = the_record(telemetry)
@@ -427,7 +425,7 @@ async def test_a_streamable_session_opened_before_instrument_has_its_calls_follo
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+        instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
         server.faults.add("search", Throttle("0"))
         with anyio.fail_after(10):
             assert not is_error(await session.call_tool("search", {"query": "q"}))
@@ -451,7 +449,8 @@ async def test_a_callers_timeout_is_never_replaced_by_a_plugin_error(
     async with Client(server.url) as client:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(client.call_tool("search", {"query": "slow"}), 0.5)
-    assert all(not r[t.MAY_HAVE_RUN] for r in records(telemetry))
+    found = records(telemetry)
+    assert found and all(not r[t.MAY_HAVE_RUN] for r in found)
 
 
 async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_the_session_lives(
@@ -462,10 +461,8 @@ async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_t
     instrument(servers={sse_server.url: {"tools": {"send_email": {"changes": True}}}})
     sse_server.faults.add("send_email", Throttle("0"))
     async with sse_session(sse_server) as session:
-        started = time.monotonic()
-        with anyio.fail_after(10), pytest.raises(McpError) as refused:
+        with anyio.fail_after(10), pytest.raises(McpError) as refused:  # a guard against a hang only
             await session.call_tool("send_email", {"to": "a", "body": "b"})
-        assert time.monotonic() - started < 2.0
         assert "429" in str(refused.value)
         assert is_error(await session.call_tool("search", {"query": "next"})) is False
     record = records(telemetry)[0]
@@ -482,7 +479,7 @@ async def test_a_2xx_without_the_answer_is_may_have_run_under_app_authorized(
 ) -> None:
     fault = SseWithoutAnswer(run_tool=True) if kind == "streamable" else DropMidBody()
     with running_server(kind) as server:
-        instrument(servers=strict(server, {}))
+        instrument(servers=declared(server, {}))
         server.faults.add("search", fault)
         async with Client(server.url) as client:
             with anyio.fail_after(10), pytest.raises(UnknownEffectError):
@@ -498,7 +495,7 @@ async def test_a_body_cut_mid_way_is_repeated_when_the_tool_names_network(
     telemetry: Telemetry, instrument: Any
 ) -> None:
     with running_server("streamable-json") as server:
-        instrument(servers=strict(server, {"search": {"on": ["network"]}}))
+        instrument(servers=declared(server, {"search": {"on": ["network"]}}))
         server.faults.add("search", DropMidBody())
         async with Client(server.url) as client:
             result = await client.call_tool("search", {"query": "q"})
@@ -514,7 +511,7 @@ async def test_a_body_cut_mid_way_is_repeated_when_the_tool_names_network(
 async def test_a_repeat_sends_the_same_bytes_in_the_same_session(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle", "network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle", "network"]}}))
     server.faults.add("search", Throttle("0"), DropBeforeExecution())
     async with Client(server.url, mode="legacy") as client:
         await client.call_tool("search", {"query": "same"})
@@ -539,7 +536,7 @@ async def test_auth_flows_run_again_for_each_attempt(
             yield request
 
     auth = Counting()
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("0"))
     from mcp.client.streamable_http import streamable_http_client
 
@@ -650,7 +647,7 @@ async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
     httpx_instrumentor = HTTPX2ClientInstrumentor() if LINE == 2 else HTTPXClientInstrumentor()
     httpx_instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
     try:
-        instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+        instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
         server.faults.add("search", Throttle("0"))
         async with Client(server.url) as client:
             await client.call_tool("search", {"query": "q"})
@@ -675,7 +672,7 @@ async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
         assert sdk.parent is not None and sdk.parent.span_id == call.context.span_id
     else:  # mcp 1.x has no OpenTelemetry of its own: the call's span is the only parent of the attempts
         assert not [s for s in spans if s.name.startswith("MCP ")]
-    assert all(s.kind.name == "INTERNAL" for s in attempts)
+    assert attempts and all(s.kind.name == "INTERNAL" for s in attempts)
     assert by_id  # the tree was read from real exported spans
 
 
@@ -686,7 +683,7 @@ async def test_no_argument_result_or_key_reaches_telemetry(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     tools = {"charge": {"changes": True, "on": ["network"]}}
-    instrument(servers=strict(server, tools, deduplicates={"argument": "idempotency_key"}))
+    instrument(servers=declared(server, tools, deduplicates={"argument": "idempotency_key"}))
     server.faults.add("charge", DropAfterExecution())
     async with Client(server.url) as client:
         await client.call_tool("charge", {"amount": 987654321, "idempotency_key": "CANARY-KEY-5e1f"})
@@ -706,7 +703,7 @@ async def test_no_argument_result_or_key_reaches_telemetry(
 async def test_suppressed_instrumentation_records_and_repeats_nothing(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("0"))
 
     async def suppressed(client: Any) -> None:
@@ -738,7 +735,7 @@ async def test_suppressed_instrumentation_on_the_sse_transport_repeats_nothing(
 async def test_metrics_count_attempts_waits_and_calls(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("0"))
     async with Client(server.url) as client:
         await client.call_tool("search", {"query": "q"})
@@ -825,7 +822,7 @@ async def test_a_record_the_allow_list_refuses_is_refused_whole_and_counted(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """A tool name with a control character cannot be a record's word: the record is refused whole."""
-    instrument(servers=strict(server, {}))
+    instrument(servers=declared(server, {}))
     async with Client(server.url) as client:
         with contextlib.suppress(McpError):
             await client.call_tool("no\x07such", {})
@@ -863,7 +860,7 @@ async def test_a_tcp_cut_before_or_after_the_tool_ran(
 async def test_a_call_given_up_before_its_post_left_files_nothing_sent(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=strict(server, {}, label="billing"))
+    instrument(servers=declared(server, {}, label="billing"))
     async with Client(server.url, mode=mode) as client:
         await client.call_tool("search", {"query": "first"})  # the session's endpoint is now known
         with anyio.move_on_after(0):
@@ -882,7 +879,7 @@ async def test_a_call_given_up_before_its_post_left_files_nothing_sent(
 async def test_a_call_given_up_while_the_server_holds_its_post_files_the_attempt_it_sent(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str, policy: str
 ) -> None:
-    instrument(servers={server.url: {"policy": policy, "tools": {}}})
+    instrument(servers=declared(server, {}, policy))
     server.faults.add("send_email", StallThenPass(0.6))
     async with Client(server.url, mode=mode) as client:
         with anyio.move_on_after(0.2):
@@ -901,7 +898,7 @@ async def test_a_call_given_up_while_the_server_holds_its_post_files_the_attempt
 async def test_a_tools_call_sent_outside_call_tool_keeps_the_side_effect_guard(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=strict(server, {"send_email": {"changes": True, "on": ["throttle"]}}))
+    instrument(servers=declared(server, {"send_email": {"changes": True, "on": ["throttle"]}}))
     server.faults.add("send_email", Throttle("0"))
     request: Any = types.CallToolRequest(
         params=types.CallToolRequestParams(name="send_email", arguments={"to": "a", "body": "b"})
@@ -921,7 +918,7 @@ async def test_a_repeat_after_a_429_whose_stream_then_ends_without_the_answer_ma
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """The delivered attempt decides "accepted without an answer", not an earlier refused one."""
-    instrument(servers=strict(server, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle("0"), SseWithoutAnswer(run_tool=True))
     async with Client(server.url, mode="legacy") as client:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
@@ -940,7 +937,7 @@ async def test_a_followed_redirect_is_one_attempt_and_the_answer_after_it_is_kno
 ) -> None:
     """The SDK follows a 307 within the endpoint's origin with the same request: the hop and the
     request it leads to are one attempt, whose answer says what it did (not `unknown`)."""
-    instrument(servers={server.url: {"policy": "app-authorized", "tools": {}}})
+    instrument(servers=declared(server, {}))
     server.faults.add("search", HttpStatus(307, headers={"location": server.url}))
     async with Client(server.url, mode=mode) as client:
         with anyio.fail_after(10):
@@ -956,7 +953,7 @@ async def test_a_followed_redirect_is_one_attempt_and_the_answer_after_it_is_kno
 async def test_a_redirect_the_sdk_does_not_follow_is_recorded_as_what_came(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers={server.url: {"policy": "app-authorized", "tools": {}}})
+    instrument(servers=declared(server, {}))
     elsewhere = "http://127.0.0.2:9/mcp"  # another origin: the SDK does not follow it (never connected)
     server.faults.add("search", HttpStatus(307, headers={"location": elsewhere}))
     with anyio.fail_after(10):
@@ -985,6 +982,7 @@ async def test_an_sse_answer_that_follows_a_cut_post_is_the_answer(
                 result = await session.call_tool("send_email", {"to": "a", "body": f"b{n}"})
             assert not is_error(result)
     assert sse_server.counters.executions("send_email") == 3
+    assert records(telemetry), "no record was filed"
     for record in records(telemetry):
         assert (record[t.VERDICT], record[t.EFFECT], record[t.MAY_HAVE_RUN]) == (
             "completed",

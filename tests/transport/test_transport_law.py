@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Telemetry, attempt_spans, records, refused_call, the_record
+from conftest import Telemetry, attempt_spans, declared, records, refused_call, the_record
 from harness.client import Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
@@ -33,10 +33,6 @@ COMPAT = "compatibility"
 STRICT = "app-authorized"
 
 
-def declare(server: ServerHandle, policy: str, tools: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {server.url: {"policy": policy, "tools": tools, **more}}
-
-
 def posts_of(server: ServerHandle, record: dict[str, Any]) -> int:
     return server.counters.posts(record[t.JSONRPC_REQUEST_ID])
 
@@ -48,7 +44,7 @@ async def test_throttle_under_compatibility_repeats_by_compatibility_assuming_re
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
     """No tool names throttle: compatibility repeats the 429 anyway, on a recorded assumption."""
-    instrument(servers=declare(server, COMPAT, {}))
+    instrument(servers=declared(server, {}, COMPAT))
     server.faults.add("search", Throttle("0"))
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
@@ -73,7 +69,7 @@ async def test_throttle_under_compatibility_repeats_by_compatibility_assuming_re
 async def test_throttle_under_compatibility_named_by_the_tool_repeats_by_app(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, COMPAT, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}, COMPAT))
     server.faults.add("search", Throttle("0"))
     async with Client(server.url) as client:
         await client.call_tool("search", {"query": "q"})
@@ -86,7 +82,7 @@ async def test_throttle_under_compatibility_named_by_the_tool_repeats_by_app(
 async def test_throttle_under_compatibility_with_retry_on_throttle_off_is_not_permitted(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, COMPAT, {}), retry_on_throttle=False)
+    instrument(servers=declared(server, {}, COMPAT), retry_on_throttle=False)
     server.faults.add("search", Throttle("0"))
     error = await refused_call(server.url, "search", {"query": "q"}, 429)
     if LINE == 2:  # exactly the SDK's own error for a 429 (1.x's, its teardown, is checked by refused_call)
@@ -103,7 +99,7 @@ async def test_throttle_under_compatibility_with_retry_on_throttle_off_is_not_pe
 async def test_throttle_under_app_authorized_not_named_is_not_permitted_and_keeps_the_servers_error(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["network"]}}, STRICT))
     server.faults.add("search", Throttle("0"))
     if LINE == 2:
         async with Client(server.url, mode=mode) as client:
@@ -125,7 +121,7 @@ async def test_throttle_under_app_authorized_not_named_is_not_permitted_and_keep
 async def test_throttle_under_app_authorized_named_repeats_by_app(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=declare(server, STRICT, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}, STRICT))
     server.faults.add("search", Throttle("0"), Throttle(None))
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
@@ -143,7 +139,7 @@ async def test_network_under_compatibility_not_named_is_not_permitted_and_the_sd
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """Unchanged behaviour: the SDK alone tears its transport down on a dropped POST."""
-    instrument(servers=declare(server, COMPAT, {}))
+    instrument(servers=declared(server, {}, COMPAT))
     server.faults.add("search", DropAfterExecution())
     with pytest.raises(BaseException) as raised:
         async with Client(server.url) as client:
@@ -163,7 +159,7 @@ async def test_network_under_compatibility_not_named_is_not_permitted_and_the_sd
 async def test_network_under_compatibility_named_repeats_by_app(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, COMPAT, {"search": {"on": ["network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["network"]}}, COMPAT))
     server.faults.add("search", DropBeforeExecution())
     async with Client(server.url) as client:
         result = await client.call_tool("search", {"query": "q"})
@@ -178,7 +174,7 @@ async def test_network_under_compatibility_named_repeats_by_app(
 async def test_network_under_app_authorized_not_named_fails_only_that_call_as_may_have_run(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=declare(server, STRICT, {"search": {"on": ["throttle"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}, STRICT))
     server.faults.add("search", DropAfterExecution())
     async with Client(server.url, mode=mode) as client:
         with pytest.raises(UnknownEffectError) as raised:
@@ -198,7 +194,7 @@ async def test_network_under_app_authorized_not_named_fails_only_that_call_as_ma
 async def test_network_under_app_authorized_named_repeats_by_app(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
-    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["network"]}}, STRICT))
     server.faults.add("search", DropAfterExecution())
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("search", {"query": "q"})
@@ -219,7 +215,7 @@ async def test_network_under_app_authorized_named_repeats_by_app(
 async def test_session_busy_repeats_by_adapter_assuming_refused(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str, in_body: bool
 ) -> None:
-    instrument(servers=declare(server, policy, {}, adapter="agentcore-runtime"))
+    instrument(servers=declared(server, {}, policy, adapter="agentcore-runtime"))
     server.faults.add("search", retryable_conflict(in_body=in_body))
     async with Client(server.url) as client:
         await client.call_tool("search", {"query": "q"})
@@ -235,7 +231,7 @@ async def test_session_busy_repeats_by_adapter_assuming_refused(
 async def test_the_same_409_without_a_declared_adapter_is_an_error(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, COMPAT, {}))
+    instrument(servers=declared(server, {}, COMPAT))
     server.faults.add("search", retryable_conflict())
     await refused_call(server.url, "search", {"query": "q"}, 409)
     record = the_record(telemetry)
@@ -247,7 +243,7 @@ async def test_a_409_with_other_words_is_never_session_busy(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """Matched by code, never by a loose substring a server behind the runtime could write."""
-    instrument(servers=declare(server, COMPAT, {}, adapter="agentcore-runtime"))
+    instrument(servers=declared(server, {}, COMPAT, adapter="agentcore-runtime"))
     body = {"message": "RetryableConflictException happened after the tool ran"}
     server.faults.add("search", Status(409, body=body))
     await refused_call(server.url, "search", {"query": "q"}, 409)
@@ -261,7 +257,7 @@ async def test_a_409_with_other_words_is_never_session_busy(
 async def test_a_503_is_not_retryable(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
 ) -> None:
-    instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle", "network"]}}, policy))
     server.faults.add("search", Status(503))
     assert not isinstance(await refused_call(server.url, "search", {"query": "q"}, 503), UnknownEffectError)
     record = the_record(telemetry)
@@ -274,7 +270,7 @@ async def test_a_503_is_not_retryable(
 async def test_a_json_rpc_error_is_an_error_and_its_effect_unknown(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
 ) -> None:
-    instrument(servers=declare(server, policy, {"search": {"on": ["throttle", "network"]}}))
+    instrument(servers=declared(server, {"search": {"on": ["throttle", "network"]}}, policy))
     server.faults.add("search", JsonRpcError(-32050, "refused"))
     async with Client(server.url) as client:
         with pytest.raises(McpError) as raised:
@@ -289,7 +285,7 @@ async def test_a_json_rpc_error_is_an_error_and_its_effect_unknown(
 async def test_a_tool_error_result_is_applied_and_verdict_tool_error(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, STRICT, {}))
+    instrument(servers=declared(server, {}, STRICT))
     async with Client(server.url) as client:
         result = await client.call_tool("fail", {})
     assert is_error(result)
@@ -307,7 +303,7 @@ async def test_a_changes_tool_without_its_key_is_never_repeated(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
 ) -> None:
     tools = {"charge": {"changes": True, "on": ["throttle", "network"]}}
-    instrument(servers=declare(server, policy, tools, deduplicates={"argument": "idempotency_key"}))
+    instrument(servers=declared(server, tools, policy, deduplicates={"argument": "idempotency_key"}))
     server.faults.add("charge", Throttle("0"))
     await refused_call(server.url, "charge", {"amount": 5}, 429)
     record = the_record(telemetry)
@@ -318,7 +314,7 @@ async def test_a_changes_tool_without_its_key_is_never_repeated(
 async def test_a_changes_tool_with_a_key_but_no_declared_deduplication_is_never_repeated(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declare(server, COMPAT, {"charge": {"changes": True, "on": ["throttle"]}}))
+    instrument(servers=declared(server, {"charge": {"changes": True, "on": ["throttle"]}}, COMPAT))
     server.faults.add("charge", Throttle("0"))
     await refused_call(server.url, "charge", {"amount": 5, "idempotency_key": "k-1"}, 429)
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "changes-without-key"
@@ -328,7 +324,7 @@ async def test_a_changes_tool_carrying_its_key_is_repeated_and_the_server_dedupl
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
     tools = {"charge": {"changes": True, "on": ["network"]}}
-    instrument(servers=declare(server, STRICT, tools, deduplicates={"argument": "idempotency_key"}))
+    instrument(servers=declared(server, tools, STRICT, deduplicates={"argument": "idempotency_key"}))
     server.faults.add("charge", DropAfterExecution())
     async with Client(server.url, mode=mode) as client:
         result = await client.call_tool("charge", {"amount": 5, "idempotency_key": "order-77"})
@@ -343,7 +339,7 @@ async def test_an_empty_key_does_not_count_as_carried(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     tools = {"charge": {"changes": True, "on": ["network"]}}
-    instrument(servers=declare(server, STRICT, tools, deduplicates={"argument": "idempotency_key"}))
+    instrument(servers=declared(server, tools, STRICT, deduplicates={"argument": "idempotency_key"}))
     server.faults.add("charge", DropAfterExecution())
     async with Client(server.url) as client:
         with pytest.raises(UnknownEffectError):
@@ -359,7 +355,7 @@ async def test_an_empty_key_does_not_count_as_carried(
 async def test_protocol_requests_are_repeated_on_a_429_and_file_no_record(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
 ) -> None:
-    instrument(servers=declare(server, policy, {}))
+    instrument(servers=declared(server, {}, policy))
     server.faults.add_method("initialize", Throttle("0"))
     server.faults.add_method("notifications/initialized", Throttle("0"))
     server.faults.add_method("tools/list", Throttle("0"))

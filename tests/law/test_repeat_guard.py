@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import Telemetry, records
+from conftest import Telemetry, declared, records
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import RepeatRefusedError, UnknownEffectError, repeat_confirmed
@@ -22,12 +22,8 @@ pytestmark = pytest.mark.anyio
 EMAIL = {"to": "ada@example.com", "body": "hello"}
 
 
-def declared(server: ServerHandle, policy: str = "app-authorized") -> dict[str, Any]:
-    tools = {
-        "send_email": {"changes": True, "on": ["network"]},
-        "charge": {"changes": True, "on": ["network"]},
-    }
-    return {server.url: {"policy": policy, "tools": tools, "deduplicates": {"argument": "idempotency_key"}}}
+GUARDED = {"send_email": {"changes": True, "on": ["network"]}, "charge": {"changes": True, "on": ["network"]}}
+KEYED = {"argument": "idempotency_key"}
 
 
 def call_spans(telemetry: Telemetry) -> list[Any]:
@@ -43,7 +39,7 @@ def call_spans(telemetry: Telemetry) -> list[Any]:
 async def test_a_retry_layer_repeating_a_call_that_may_have_run_is_refused_before_sending(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declared(server))
+    instrument(servers=declared(server, GUARDED, deduplicates=KEYED))
     server.faults.add("send_email", DropAfterExecution())
     async with Client(server.url) as client:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
@@ -67,7 +63,7 @@ async def test_a_retry_layer_repeating_a_call_that_may_have_run_is_refused_befor
 async def test_the_app_repeats_on_purpose_inside_repeat_confirmed(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declared(server))
+    instrument(servers=declared(server, GUARDED, deduplicates=KEYED))
     server.faults.add("send_email", DropAfterExecution())
     async with Client(server.url) as client:
         with anyio.fail_after(10), pytest.raises(UnknownEffectError):
@@ -83,7 +79,7 @@ async def test_a_call_carrying_its_key_is_never_held_back(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """The key protects it: the server deduplicates, so the guard stays out of the way."""
-    instrument(servers=declared(server))
+    instrument(servers=declared(server, GUARDED, deduplicates=KEYED))
     server.faults.add("charge", DropAfterExecution())
     server.faults.add("charge", DropAfterExecution())
     server.faults.add("charge", DropAfterExecution())
@@ -100,7 +96,7 @@ async def test_a_refusal_received_is_an_answer_and_arms_nothing(
 ) -> None:
     """A 429 (not repeated for a changing tool without its key) is an answer, yet its effect is
     unknown: under either policy the same call is then held back until the app checks."""
-    instrument(servers=declared(server, "compatibility"))
+    instrument(servers=declared(server, GUARDED, "compatibility", deduplicates=KEYED))
     server.faults.add("send_email", Throttle("0"))
     async with Client(server.url) as client:
         with anyio.fail_after(10), pytest.raises(MCPError):  # the SDK's own error, under compatibility

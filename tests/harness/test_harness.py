@@ -235,10 +235,8 @@ def test_counters_wait_until_and_reset() -> None:
     assert counters.executions() == 0 and counters.post_log() == []
 
 
-def test_server_starts_fast_on_loopback_and_stops() -> None:
-    started = time.monotonic()
+def test_server_starts_on_loopback_and_stops() -> None:
     with running_server("streamable-json") as handle:
-        assert time.monotonic() - started < 1.0
         assert handle.url == f"http://127.0.0.1:{handle.port}/mcp"
         socket.create_connection(("127.0.0.1", handle.port), timeout=1).close()
         thread = handle._thread
@@ -680,7 +678,7 @@ def test_the_receiver_decodes_spans_from_the_real_exporter(compression: Compress
         assert p["resource"]["service.name"] == "harness-test"
         assert (p["scope"], p["scope_version"]) == ("harness.scope", "1.2.3")
         raw = receiver.raw_requests()
-        assert all(r.path == "/v1/traces" for r in raw)
+        assert raw and all(r.path == "/v1/traces" for r in raw)
         if compression is Compression.Gzip:
             assert all(dict(r.headers)["content-encoding"] == "gzip" for r in raw)
             assert all(gzip.decompress(r.wire) == r.body for r in raw)
@@ -714,10 +712,12 @@ def test_the_receiver_plays_a_dead_backend() -> None:
         assert receiver.rejected >= 1 and receiver.spans() == []
 
         receiver.set_mode("hang", hang_seconds=10)
-        started = time.monotonic()
+        rejected = receiver.rejected
         result = exporter.export([_finished_span(tracer)])
         assert result is SpanExportResult.FAILURE
-        assert time.monotonic() - started < 5.0  # bounded by the exporter's timeout, not the hang
+        # Bounded by the exporter's timeout, not the hang: the receiver still holds the request
+        # (it counts a rejection only when its 10 s hang ends).
+        assert receiver.rejected == rejected
         receiver.set_mode("ok")
         with tracer.start_as_current_span("accepted"):
             pass

@@ -43,7 +43,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from conftest import Telemetry, records
+from conftest import Telemetry, declared, records
 from harness.client import ERAS, Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
@@ -106,9 +106,11 @@ SEED_ENV = "OTEL_MCP_REPLAY_RELIABILITY_SEED"
 QUICK_SEED = 20261129
 QUICK_CALLS = 240
 LONG_CALLS = 2400
-# Generous: a call settles within its wait cap, plus the stalls the server was told to make, plus this.
+# A call settles within its wait cap, plus the stalls the server was told to make, plus this: the
+# figure the summary prints against. The verdict on waiting is the record's (its waits within the
+# cap), never a clock's.
 SETTLE_SLACK_S = 5.0
-# A call that has not settled this long after its bound is stuck: stop it and report it.
+# A call that has not settled this long after that is stuck: stop it and report it (a hang guard).
 HANG_GUARD_S = 20.0
 # A caller who gives up during a 1 s Retry-After wait does so this far in.
 IN_WAIT_CANCEL_S = 0.4
@@ -701,6 +703,8 @@ class Rig:
             stats.attempts += sent
             if sent > rnd.max_attempts:
                 self.violation(rnd, f"record {rid}: sent {sent} > max_attempts")
+            if sum(record[t.ATTEMPTS_WAIT_MS]) > rnd.max_wait_ms:
+                self.violation(rnd, f"record {rid}: waited {record[t.ATTEMPTS_WAIT_MS]} ms > the cap")
             plan = plan_of.get(rid)
             if plan is None:
                 # No POST of it reached the server: never sent, or its only attempt was cut by the
@@ -748,13 +752,9 @@ class Rig:
             if result is None:
                 self.violation(rnd, "the call never ran", plan)
                 continue
-            if plan.cancel is None:
+            if plan.cancel is None:  # a figure for the summary, not a verdict
                 over = result.duration_s - (rnd.max_wait_ms / 1000 + plan.stall_s)
                 self.stats.longest_over_s = max(self.stats.longest_over_s, over)
-            if result.duration_s > self.bound_s(rnd, plan):
-                self.violation(
-                    rnd, f"settled in {result.duration_s:.2f} s > bound {self.bound_s(rnd, plan):.2f} s", plan
-                )
 
     def _check_outcome(
         self, rnd: Round, plan: CallPlan, record: dict[str, Any], result: CallResult | None
@@ -871,43 +871,62 @@ async def test_randomized_fault_schedules_long_run(
 # The exporter down: the app's calls do not notice.
 
 
-async def _timed_calls(client: Any, server: ServerHandle, n: int, tag: str) -> list[float]:
-    """`n` calls of a tool declared to repeat a 429, every other one refused once first."""
+class WatchedExporter(OTLPSpanExporter):
+    """The real OTLP/HTTP exporter, noting the threads it exported on and whether an export is
+    under way (so that a test can see a call end while an export is still held up)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.threads: set[int] = set()
+        self.exporting = False
+
+    def export(self, spans: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        self.exporting = True
+        try:
+            return super().export(spans)
+        finally:
+            self.exporting = False
+
+
+async def _timed_calls(
+    client: Any, server: ServerHandle, n: int, tag: str, exporter: WatchedExporter
+) -> tuple[list[float], int]:
+    """`n` calls of a tool declared to repeat a 429, every other one refused once first: their
+    durations (a figure to print, never a verdict), and how many ended while an export was under way."""
     durations: list[float] = []
+    during_an_export = 0
     for i in range(n):
         if i % 2:
             server.faults.add("search", Throttle("0"))
         started = time.monotonic()
         result = await client.call_tool("search", {"query": f"{tag}{i}"})
         durations.append(time.monotonic() - started)
+        during_an_export += exporter.exporting
         assert not is_error(result)
-    return durations
+    return durations, during_an_export
 
 
 @pytest.mark.parametrize("down", ["refuse", "hang"])
 async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refuse", "hang"]) -> None:
     """A real BatchSpanProcessor + OTLP/HTTP exporter (timeout 1 s) to an endpoint that refuses
-    (503) or hangs: the calls take about as long as with the endpoint up, and the provider's
-    shutdown is bounded."""
+    (503) or hangs: no call waits on an export (none runs on the calls' thread, and calls end while
+    an export is held up), and the provider's shutdown ends. Durations are printed, not judged."""
     n = 40
     async with no_leaks(f"exporter {down}"):
         with running_server("streamable") as server, OtlpReceiver() as receiver:
             provider = TracerProvider()
-            provider.add_span_processor(
-                BatchSpanProcessor(
-                    OTLPSpanExporter(endpoint=receiver.traces_endpoint, timeout=1),
-                    schedule_delay_millis=50,
-                )
-            )
+            exporter = WatchedExporter(endpoint=receiver.traces_endpoint, timeout=1)
+            provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
             instrumentor = McpReplayInstrumentor()
             instrumentor.instrument(
                 tracer_provider=provider,
-                servers={server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}},
+                servers=declared(server, {"search": {"on": ["throttle"]}}),
             )
             try:
                 async with Client(server.url) as client:
-                    await _timed_calls(client, server, 5, "warm")
-                    up = await _timed_calls(client, server, n, "up")
+                    await _timed_calls(client, server, 5, "warm", exporter)
+                    up, _ = await _timed_calls(client, server, n, "up", exporter)
                     # The pipeline works while the endpoint is up: the records reach it.
                     delivered = await anyio.to_thread.run_sync(
                         lambda: receiver.wait_for(
@@ -919,9 +938,9 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
                     )
                     assert delivered, "the records never reached the receiver while it was up"
                     receiver.set_mode(down, hang_seconds=2.0)
-                    broken = await _timed_calls(client, server, n, "down")
+                    broken, ended_during_an_export = await _timed_calls(client, server, n, "down", exporter)
                     # Spans keep coming, and the exporter keeps failing to hand them over.
-                    await _timed_calls(client, server, 5, "more")
+                    await _timed_calls(client, server, 5, "more", exporter)
                     tried = await settled(lambda: receiver.rejected > 0, timeout=10.0)
                     assert tried, "the exporter never reached the broken endpoint"
             finally:
@@ -935,10 +954,11 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
         f"max {max(up) * 1000:.1f} / {max(broken) * 1000:.1f} ms; shutdown {shutdown_s:.2f} s"
     )
     print(summary)
-    assert p50_down <= 3 * p50_up + 0.05, summary
-    # A call that waited on an export would take the exporter's 1 s timeout at least.
-    assert max(broken) < 0.75, summary
-    assert shutdown_s < 10.0, summary
+    # Exports ran on the processor's worker only, never on the thread that made the calls, and
+    # calls ended while an export was held up by the broken endpoint: none waited on one.
+    assert exporter.threads and threading.get_ident() not in exporter.threads, summary
+    assert ended_during_an_export > 0, summary
+    assert shutdown_s < 60.0, summary  # a guard against a hang only (it takes about a second)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider
-from tests import test_redaction_autoinstrument as auto
-from tests.test_redaction_autoinstrument import (
+from tests.redaction import test_redaction_autoinstrument as auto
+from tests.redaction.test_redaction_autoinstrument import (
     OtlpReceiver,
     Target,
     http_client_spans,

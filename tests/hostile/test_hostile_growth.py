@@ -1,58 +1,28 @@
-"""What a server or the environment sends costs time linear in its size.
+"""What a server or the environment sends costs work linear in its size.
 
-Each case is timed (process CPU, best of a few runs) at a size and at twice that size: twice the
-input may cost at most three times as much, plus a small constant for the clock's noise, and the
-first size has a generous absolute bound, checked before the second runs (so a quadratic cost
-fails in seconds rather than running for minutes). The sizes are small next to the benchmark's
-(benchmarks/hostile.py): enough that a quadratic cost shows, little enough for a slow VM.
+Each case's work is counted (tests/growth.py: lines run and calls made, never a clock) at a size
+and at twice that size: twice the input may cost at most LINEAR_RATIO times the work. Counts are
+exact on any machine under any load, so the sizes are small; the timed figures, on inputs many
+times larger, are the benchmark's (benchmarks/hostile.py).
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 from collections.abc import Callable
 
 import pytest
+from tests.growth import assert_linear
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import resolve
 from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
 from otel_mcp_replay.ledger import SseAnswers
 
-MIB = 1024 * 1024
-SLACK_S = 0.1  # what the clock and the machine's other load may add to a run
+KIB = 1024
+STREAM = 128 * KIB  # an event stream's size (and twice it)
+TEXT = 64 * KIB  # an environment value's or a URL's
 ANSWER = b"event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "id": 7, "result": {}}).encode() + b"\n\n"
-
-
-def cpu_seconds(run: Callable[[], object], give_up_s: float = float("inf"), repeats: int = 3) -> float:
-    """The best of `repeats` runs, or the first run's time when it passed `give_up_s`.
-
-    The cyclic GC is paused while a run is timed: its full collections walk the whole heap (this
-    test process's, whatever ran before), a step that says nothing of how the code grows.
-    """
-    best = float("inf")
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            started = time.process_time()
-            run()
-            best = min(best, time.process_time() - started)
-        finally:
-            gc.enable()
-        if best >= give_up_s:
-            break
-    return best
-
-
-def assert_linear(case: Callable[[int], Callable[[], object]], size: int, bound_s: float) -> None:
-    """`case(n)` makes the run for input size n (the making is not timed)."""
-    small = cpu_seconds(case(size), give_up_s=bound_s)
-    assert small < bound_s, f"{small:.2f} s for {size} bytes (bound {bound_s} s)"
-    large = cpu_seconds(case(2 * size), give_up_s=3 * small + SLACK_S)
-    assert large < 3 * small + SLACK_S, f"{small:.3f} s, then {large:.3f} s for twice the input"
 
 
 # --- event streams (F4) --------------------------------------------------------------------------
@@ -93,7 +63,7 @@ PADDINGS = {
 @pytest.mark.parametrize("padding", list(PADDINGS), ids=list(PADDINGS))
 def test_an_event_stream_s_padding_costs_linear_time(padding: str, chunk: int | None) -> None:
     unit = PADDINGS[padding]
-    assert_linear(sse_case(lambda n: unit * (n // len(unit)) + ANSWER, chunk), MIB, bound_s=3.0)
+    assert_linear(sse_case(lambda n: unit * (n // len(unit)) + ANSWER, chunk), STREAM)
 
 
 def comments_inside_an_event(n: int) -> bytes:
@@ -104,7 +74,7 @@ def comments_inside_an_event(n: int) -> bytes:
 
 @pytest.mark.parametrize("chunk", [1024, None], ids=["1KiB", "whole"])
 def test_comments_inside_an_event_cost_linear_time(chunk: int | None) -> None:
-    assert_linear(sse_case(comments_inside_an_event, chunk), MIB, bound_s=3.0)
+    assert_linear(sse_case(comments_inside_an_event, chunk), STREAM)
 
 
 def a_large_answer(n: int) -> bytes:
@@ -114,7 +84,7 @@ def a_large_answer(n: int) -> bytes:
 
 @pytest.mark.parametrize("chunk", [1024, 64 * 1024], ids=["1KiB", "64KiB"])
 def test_a_large_answer_in_small_chunks_costs_linear_time(chunk: int) -> None:
-    assert_linear(sse_case(a_large_answer, chunk), MIB, bound_s=3.0)
+    assert_linear(sse_case(a_large_answer, chunk), STREAM)
 
 
 # --- the environment ------------------------------------------------------------------------------
@@ -163,7 +133,7 @@ ENVIRONMENTS = {
 @pytest.mark.parametrize("name", list(ENVIRONMENTS))
 def test_an_environment_value_costs_linear_time(name: str) -> None:
     variable, make = ENVIRONMENTS[name]
-    assert_linear(environment(variable, make), 256 * 1024, bound_s=3.0)
+    assert_linear(environment(variable, make), TEXT)
 
 
 # --- URLs -----------------------------------------------------------------------------------------
@@ -192,4 +162,4 @@ def test_reading_a_url_costs_linear_time(name: str) -> None:
 
         return run
 
-    assert_linear(case, 256 * 1024, bound_s=3.0)
+    assert_linear(case, TEXT)

@@ -38,7 +38,7 @@ from otel_mcp_replay import telemetry as t
 pytestmark = pytest.mark.timeout(90)
 
 BIN = Path(sys.executable).parent
-AGENT = Path(__file__).resolve().parents[1] / "examples" / "agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "examples" / "agent.py"
 CANARY = "Canary-6b1d-VALUE"
 
 PROBE = textwrap.dedent(

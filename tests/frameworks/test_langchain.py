@@ -11,7 +11,7 @@ import anyio
 import pytest
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
-from conftest import Telemetry, records
+from conftest import Telemetry, declared, records
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import UnknownEffectError
@@ -30,7 +30,7 @@ async def tools_of(server: ServerHandle) -> dict[str, Any]:
 async def test_a_429_is_repeated_by_the_apps_permission(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    instrument(servers=declared(server, APP))
     tools = await tools_of(server)
     server.faults.add("search", Throttle("0"))
     with anyio.fail_after(20):
@@ -46,7 +46,7 @@ async def test_a_changing_tool_cut_after_running_runs_once_and_reaches_langchain
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """LangChain re-raises an mcp error from the session unwrapped: the app can catch it by name."""
-    instrument(servers={server.url: {"policy": "app-authorized", "tools": APP}})
+    instrument(servers=declared(server, APP))
     tools = await tools_of(server)
     server.faults.add("send_email", DropAfterExecution())
     with anyio.fail_after(20), pytest.raises(UnknownEffectError):

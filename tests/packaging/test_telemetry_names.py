@@ -26,7 +26,7 @@ import otel_mcp_replay
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
 
-CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract.md"
+CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 NAME_COLUMNS = {"variable", "key", "name"}
 WORDS_COLUMN = "values"
 

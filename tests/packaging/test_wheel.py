@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "otel_mcp_replay"
 SOURCE = ROOT / "src" / PACKAGE
 # The modules a plugin cannot do without: a wheel missing them is broken, not clean.

@@ -16,8 +16,9 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tests.test_redaction import full_record
+from tests.redaction.test_redaction import full_record
 
+from conftest import declared
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 from otel_mcp_replay.redaction import rules as redaction_module
@@ -93,25 +94,24 @@ def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> N
     assert processor.refused_count == 1
 
 
-def test_a_record_the_sdk_cut_is_not_vouched_for_and_the_whole_check_refuses_it() -> None:
-    # A length limit of 4 cuts "billing", "unknown", "throttle" ...: not the record that was built.
-    provider, exporter, processor = pipeline(max_attribute_length=4)
+@pytest.mark.parametrize(
+    "limits",
+    [
+        # A length limit of 4 cuts "billing", "unknown", "throttle" ...: not the record that was built.
+        pytest.param({"max_attribute_length": 4}, id="values cut"),
+        pytest.param({"max_event_attributes": 5}, id="keys dropped"),
+    ],
+)
+def test_a_record_the_sdk_changed_is_not_vouched_for_and_the_whole_check_refuses_it(
+    limits: dict[str, int],
+) -> None:
+    provider, exporter, processor = pipeline(**limits)
     span = provider.get_tracer("t").start_span("tools/call search")
     PROCESS.vouches.file(span, a_record(3))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     (exported,) = exporter.get_finished_spans()
     assert [event.name for event in exported.events] == [t.RECORD_REFUSED_EVENT]
-    assert processor.refused_count == 1
-
-
-def test_a_record_the_sdk_dropped_keys_of_is_not_vouched_for() -> None:
-    provider, exporter, processor = pipeline(max_event_attributes=5)
-    span = provider.get_tracer("t").start_span("tools/call search")
-    PROCESS.vouches.file(span, a_record(3))
-    assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
-    span.end()
-    assert [event.name for event in exporter.get_finished_spans()[0].events] == [t.RECORD_REFUSED_EVENT]
     assert processor.refused_count == 1
 
 
@@ -186,7 +186,7 @@ async def test_a_real_call_files_a_vouched_record(server: Any, monkeypatch: pyte
     instrumentor = McpReplayInstrumentor()
     instrumentor.instrument(
         tracer_provider=provider,
-        servers={server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}},
+        servers=declared(server, {"search": {"on": ["throttle"]}}),
     )
     try:
         async with Client(server.url) as client:

@@ -13,7 +13,6 @@ Every generated value is known valid or invalid by construction, and some carry 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -31,7 +30,7 @@ from hypothesis import strategies as st
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import resolve
-from otel_mcp_replay.endpoints import servers_of
+from otel_mcp_replay.endpoints import Servers, servers_of
 from otel_mcp_replay.settings import settings_of
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
@@ -289,10 +288,19 @@ junk = st.recursive(
 @FUZZ
 @given(junk)
 def test_servers_of_on_any_structure_raises_only_type_or_value_errors(raw: Any) -> None:
-    with contextlib.suppress(TypeError, ValueError):
-        servers_of(raw)
-    with contextlib.suppress(TypeError, ValueError):
-        servers_of({"http://127.0.0.1:1/mcp": raw})
+    assert_servers_or_refusal(raw)
+    assert_servers_or_refusal({"http://127.0.0.1:1/mcp": raw})
+
+
+def assert_servers_or_refusal(raw: Any) -> None:
+    """servers_of(raw) is a Servers, or a TypeError/ValueError naming where it went wrong (anything
+    else it raises fails the test)."""
+    try:
+        servers = servers_of(raw)
+    except (TypeError, ValueError) as error:
+        assert str(error).startswith("servers"), str(error)
+        return
+    assert isinstance(servers, Servers)
 
 
 def _valid_setting(name: str, value: Any) -> bool:

@@ -323,6 +323,7 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
 
 
 def test_each_call_is_one_trace_with_the_sdk_and_http_client_spans(run: Run) -> None:
+    assert calls(run), "the demo made no tool call"
     for call in calls(run).values():
         record = record_of(call)
         tool, request_id = record[t.GEN_AI_TOOL_NAME], record[t.JSONRPC_REQUEST_ID]
@@ -350,6 +351,7 @@ def test_each_call_is_one_trace_with_the_sdk_and_http_client_spans(run: Run) -> 
 def test_the_servers_counts_match_the_records(run: Run) -> None:
     billing, catalog = run.counters["billing"], run.counters["catalog"]
     found = calls(run)
+    assert found, "the demo made no tool call"
     for (endpoint, tool), call in found.items():
         assert run.counters[endpoint].tool_posts(tool) == record_of(call)[t.SENT], (endpoint, tool)
     assert billing.executions("search") == 1 == catalog.executions("search")  # the 429s never ran it
@@ -383,16 +385,14 @@ def test_no_argument_value_key_or_raw_session_id_crosses_the_wire(run: Run) -> N
 
 
 def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "harness.run"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,  # a guard against a hang only (it takes a few seconds)
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert time.monotonic() - started < 30
     out = done.stdout
     for line in (
         "opentelemetry-instrument python",
