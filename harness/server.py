@@ -192,11 +192,14 @@ class Counters:
                 self._cond.wait(remaining)
 
 
-def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-demo") -> MCPServer:
+def build_server(
+    counters: Counters | None = None, name: str = "otel-mcp-replay-demo", *, era_tools: bool = False
+) -> MCPServer:
     """The demo MCP server: search (read-only), charge (changes, deduplicates by key),
-    send_email (changes), slow (sleeps), fail (answers a tool error), lookup (read-only) and
-    transfer (changes, deduplicates by key), whose arguments are mirrored into headers, and
-    ask_then_charge (changes, asks the client first: multi-round). Executions go to `counters`.
+    send_email (changes), slow (sleeps) and fail (answers a tool error); with `era_tools`, also
+    lookup (read-only) and transfer (changes, deduplicates by key), whose arguments are mirrored into
+    headers, and ask_then_charge (changes, asks the client first: multi-round on 2026-07-28).
+    Executions go to `counters`.
 
     Annotations are set as a real server would; the plugin must never take permission from them.
     """
@@ -248,6 +251,14 @@ def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-
         executed("fail", ctx)
         raise ToolError("the tool failed on purpose")
 
+    if era_tools:
+        add_era_tools(server, c, executed)
+    return server
+
+
+def add_era_tools(server: MCPServer, c: Counters, executed: Callable[[str, Context], None]) -> None:
+    """The tools whose behaviour depends on the protocol era (see build_server)."""
+
     @server.tool(annotations=tool_annotations(readOnlyHint=True))
     async def lookup(
         account: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Account"})], ctx: Context
@@ -277,7 +288,6 @@ def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-
         return result
 
     add_multi_round_tool(server, executed)
-    return server
 
 
 def add_multi_round_tool(server: MCPServer, executed: Callable[[str, Context], None]) -> None:
@@ -481,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _summary(counters: Counters) -> str:
-    tools = ("search", "charge", "send_email", "slow", "fail", "lookup", "transfer", "ask_then_charge")
+    tools = ("search", "charge", "send_email", "slow", "fail")
     parts: list[Any] = [f"{t}={counters.executions(t)}" for t in tools]
     return "executions: " + " ".join(parts) + f"; posts: {counters.total_posts}"
 
