@@ -132,7 +132,7 @@ APP = textwrap.dedent(
     import asyncio
     import sys
 
-    from mcp import Client
+    from harness.client import Client, is_error  # mcp.Client, or on mcp 1.x a ClientSession
 
     url, mode, account, key = sys.argv[1:5]
 
@@ -143,7 +143,7 @@ APP = textwrap.dedent(
             looked = await client.call_tool("lookup", {"account": account})
             keyed = {"account": account, "amount": 3, "idempotency_key": key}
             moved = await client.call_tool("transfer", keyed)
-            assert not looked.is_error and not moved.is_error, (looked, moved)
+            assert not is_error(looked) and not is_error(moved), (looked, moved)
 
     asyncio.run(main())
     print("app-done")
