@@ -19,21 +19,20 @@ import anyio
 import pytest
 
 from conftest import Telemetry
-from harness.client import ERAS
+from harness.client import ERAS, is_error
 from harness.faults import DropAfterExecution, DropAtAnswer, Fault, FaultContext, Throttle
 from harness.sdk import LINE
 from harness.server import Counters, ServerHandle, build_server, running_server
 from otel_mcp_replay import RepeatRefusedError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
-if LINE == 1:  # mcp 1.x has no Client and no round driver: its era is the legacy one, one request
-    pytest.skip("mcp.Client (the SDK's round driver) is mcp 2.x's", allow_module_level=True)
-
-import mcp_types as types
-from mcp import Client
-from mcp.client.context import ClientRequestContext
+if LINE == 2:  # mcp 1.x has no Client, no round driver: its era is the legacy one, one request
+    import mcp_types as types
+    from mcp import Client
+    from mcp.client.context import ClientRequestContext
 
 pytestmark = pytest.mark.anyio
+needs_client = pytest.mark.skipif(LINE == 1, reason="mcp.Client (the SDK's round driver) is mcp 2.x's")
 
 MODERN = "2026-07-28"
 TOOL = "ask_then_charge"
@@ -117,6 +116,43 @@ def declared(server: ServerHandle, policy: str = "app-authorized", **tool: Any) 
 # -- one call, one span ----------------------------------------------------------------------
 
 
+async def test_a_tool_that_asks_mid_call_through_a_session_is_one_call_span_round_1(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The legacy era on both lines (mcp 1.x has only it): the question is asked inside the one
+    request, so `ClientSession.call_tool` is one call with one record, round 1."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from harness.client import types as line_types
+
+    asked: list[object] = []
+
+    async def confirm(context: Any, params: Any) -> Any:
+        asked.append(params)
+        return line_types.ElicitResult(action="accept", content={"ok": True})
+
+    instrument()
+    async with (
+        streamable_http_client(server.url) as streams,
+        ClientSession(streams[0], streams[1], elicitation_callback=confirm) as session,
+    ):
+        await session.initialize()
+        with anyio.fail_after(20):
+            result = await session.call_tool(TOOL, {"amount": 7})
+    assert not is_error(result) and len(asked) == 1
+    assert (server.counters.executions(TOOL), server.counters.tool_posts(TOOL)) == (1, 1)
+    (span,) = call_spans(telemetry)
+    assert [(r[t.ROUND], r[t.VERDICT], r[t.EFFECT]) for r in records_on(span)] == [
+        (1, "completed", "applied")
+    ]
+    assert len(attempts_under(telemetry, span)) == 1
+    assert calls_metric(telemetry) == [
+        ({t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: "compatibility"}, 1.0)
+    ]
+
+
+@needs_client
 async def test_a_multi_round_call_is_one_call_span(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:
@@ -186,6 +222,7 @@ async def test_an_app_driving_rounds_itself_gets_one_call_per_call_tool(
 # -- the law per round --------------------------------------------------------------------------
 
 
+@needs_client
 async def test_a_cut_in_the_last_round_fails_the_call_then_the_identical_call_is_refused(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str
 ) -> None:

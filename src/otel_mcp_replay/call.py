@@ -5,6 +5,8 @@ The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its a
 only through the named transitions below; at DONE its span ends, its row is written and it
 is counted, once. The call is given up (`abandon`) when the caller has its outcome or stopped
 waiting: nothing more is sent for it, and an attempt still open is settled as what is known of it.
+A multi-round call (SEP-2322, `AppCall`) is one call: each round is a `ToolCall` of its own (its
+request, attempts and record) on the one span the app's call ends and counts, once.
 Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
 """
 
@@ -209,17 +211,18 @@ class ToolCall:
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
     fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
     _releases: list[Callable[[], object]] | None = None
+    app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
+    round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
 
     def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
         self.runtime = runtime
         self.tool = tool
         self.session = session
-        self.app_call = app_call  # the app's call this is a round of, if the SDK drives rounds
         if app_call is None:
-            self.round = 1
             self.span = _call_span(runtime, tool)
             self.context: Context = trace.set_span_in_context(self.span)
-        else:
+        else:  # a round of the app's call: its span, its next round number
+            self.app_call = app_call
             self.round, self.span, self.context = app_call.next_round()
         self.facts = RequestFacts()
         self.knowledge = SeriesKnowledge()
@@ -492,8 +495,11 @@ class AppCall:
     def ended(self, error: BaseException | None) -> None:
         """The app's call returned (`error` None) or raised `error`: end its span, count it once."""
         span, last = self.span, self.last
-        if span is None or last is None:
+        if span is None:
             return  # no round began: nothing was sent, nothing to say
+        if last is None:  # not reached: every round ends (patches/session.py), but never leave a span open
+            span.end()
+            return
         call, verdict = last
         if error is not None:
             verdict = "failed"  # the final round's own failure, or what the SDK raised after it

@@ -39,19 +39,18 @@ async def call_tool(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    name = args[0] if args else kwargs.get("name")
+    name, arguments = _tool_and_arguments(args, kwargs)
     if type(name) is not str or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    app_call = CURRENT_APP_CALL.get()
-    if app_call is not None and not app_call.is_round(
-        instance, name, args[1] if len(args) > 1 else kwargs.get("arguments")
-    ):
+    app_call = outer = CURRENT_APP_CALL.get()
+    if app_call is not None and not app_call.is_round(instance, name, arguments):
         app_call = None
     call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
     after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
-    app_token = CURRENT_APP_CALL.set(None)  # what this round sends in turn is no round of the app's
+    # What this call sends in turn (an in-process server's handler) is no round of the app's.
+    app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
     otel_token = otel_context.attach(call.context)
     try:
         # The round after an InputRequiredResult answers the server's question: never a repeat.
@@ -71,7 +70,8 @@ async def call_tool(
         raise seen from seen.__cause__
     finally:
         otel_context.detach(otel_token)
-        CURRENT_APP_CALL.reset(app_token)
+        if app_token is not None:
+            CURRENT_APP_CALL.reset(app_token)
         CURRENT_CALL.reset(token)
     if app_call is not None:
         app_call.mismatched = False
@@ -87,14 +87,14 @@ async def client_call_tool(
     kwargs: dict[str, Any],
 ) -> Any:
     """`Client.call_tool` (mcp 2.x): one app-level call, however many rounds the SDK sends for it."""
-    name = args[0] if args else kwargs.get("name")
+    name, arguments = _tool_and_arguments(args, kwargs)
     if type(name) is not str or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
     try:
         session = instance.session  # type: ignore[attr-defined]
     except RuntimeError:  # not entered: the SDK raises its own error
         return await wrapped(*args, **kwargs)
-    app_call = AppCall(rt, name, args[1] if len(args) > 1 else kwargs.get("arguments"), session)
+    app_call = AppCall(rt, name, arguments, session)
     token = CURRENT_APP_CALL.set(app_call)
     try:
         result = await wrapped(*args, **kwargs)
@@ -105,6 +105,12 @@ async def client_call_tool(
         CURRENT_APP_CALL.reset(token)
     app_call.ended(None)
     return result
+
+
+def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
+    """The tool's name and its arguments, first in both `call_tool` signatures (ClientSession, Client)."""
+    name = args[0] if args else kwargs.get("name")
+    return name, args[1] if len(args) > 1 else kwargs.get("arguments")
 
 
 async def notify(
