@@ -1,7 +1,7 @@
 """The telemetry floor: the OTel SDK calls the contract asks of a clean tool call, and nothing else.
 
 docs/contract.md asks, for each tools/call: the call's span, one span per HTTP attempt, the
-`mcp.tool.request_attempts` event (14 keys) on the call's span, and a point on the attempts and
+`mcp.tool.request_attempts` event (15 keys) on the call's span, and a point on the attempts and
 calls counters. `FloorTelemetry` makes exactly those SDK calls, with the attributes the plugin
 gives them on a clean call, and no more: no law, no series, no ledger, no record built (it is made
 once, up front). What it costs is what any implementation of the contract pays on the SDK's side,

@@ -116,6 +116,14 @@ class DropAfterExecution(Fault):
 
 
 @dataclass(frozen=True)
+class DropAtAnswer(Fault):
+    """Stream the app's response as it comes (what the tool asks the client mid-call, an
+    elicitation, gets through and is answered), and close the connection in place of the event that
+    answers the request: the tool ran, its answer never came. A JSON answer (no stream) is
+    swallowed whole and the connection closed, as DropAfterExecution does."""
+
+
+@dataclass(frozen=True)
 class DropMidBody(Fault):
     """Let the tool run, send the status line, headers and the first `keep_bytes` of the body
     (default: half of it), then close the connection."""
@@ -154,6 +162,7 @@ _FAULTS_BY_KIND: Mapping[str, type[Fault]] = {
     "stall-then-drop": StallThenDrop,
     "drop-before": DropBeforeExecution,
     "drop-after": DropAfterExecution,
+    "drop-at-answer": DropAtAnswer,
     "drop-mid-body": DropMidBody,
     "sse-without-answer": SseWithoutAnswer,
 }
@@ -488,6 +497,8 @@ class FaultInjector:
                 self._lost_answers.add(post.record.request_id)
             await _run_swallowed(self.app, scope, replay)
             await self._cut(scope, receive, reset=fault.reset)
+        elif isinstance(fault, DropAtAnswer):
+            await self._cut_at_answer(scope, replay, receive, send, post.record.request_id or "")
         elif isinstance(fault, DropMidBody):
             start, body = await _run_swallowed(self.app, scope, replay)
             if start is None:
@@ -506,6 +517,41 @@ class FaultInjector:
             )
         else:  # pragma: no cover - every Fault subclass is handled above
             raise TypeError(f"unhandled fault {fault.name}")
+
+    async def _cut_at_answer(
+        self, scope: Scope, replay: Receive, receive: Receive, send: Send, request_id: str
+    ) -> None:
+        cut = False
+        start: Message | None = None  # held until the response shows it is an event stream
+
+        async def until_the_answer(message: Message) -> None:
+            nonlocal cut, start
+            if cut:
+                return
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            streaming = start is not None and any(
+                name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                for name, value in start.get("headers", [])
+            )
+            if message["type"] != "http.response.body" or not streaming:
+                return  # a JSON answer: swallowed whole, the connection cut below
+            if request_id in _answered_ids(cast(bytes, message.get("body", b""))):
+                cut = True
+                transport = self.connections.get(scope.get("client")) if self.connections else None
+                if transport is not None:
+                    transport.close()
+                return
+            if start is not None:
+                await send(start)
+                start = None
+            await send(message)
+
+        with anyio.move_on_after(_APP_DEADLINE_S):
+            await self.app(scope, replay, until_the_answer)
+        if not cut:  # a JSON answer, or none: the connection is cut all the same
+            await self._cut(scope, receive, reset=False)
 
     async def _cut(self, scope: Scope, receive: Receive, *, reset: bool) -> None:
         transport = self.connections.get(scope.get("client")) if self.connections is not None else None

@@ -18,11 +18,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
 from harness.faults import (
@@ -32,7 +33,30 @@ from harness.faults import (
     PostRecord,
     abortable_h11_protocol,
 )
-from harness.sdk import Context, MCPServer, ToolError, build_sse_app, build_streamable_app, tool_annotations
+from harness.sdk import (
+    LINE,
+    Context,
+    MCPServer,
+    ToolError,
+    build_sse_app,
+    build_streamable_app,
+    tool_annotations,
+)
+
+
+class Confirmation(BaseModel):
+    """The answer the multi-round tool asks the client for."""
+
+    ok: bool
+
+
+if LINE == 2:  # at module level: the server evaluates a tool's annotations in this module's globals
+    from mcp.server.mcpserver import Elicit, Resolve
+
+    def ask_confirmation(amount: int) -> Elicit[Confirmation]:
+        """The multi-round tool's question (a resolver: the server asks it as its era does)."""
+        return Elicit(f"charge {amount}?", Confirmation)
+
 
 AppKind = Literal["streamable", "streamable-json", "sse"]
 APP_KINDS: tuple[AppKind, ...] = ("streamable", "streamable-json", "sse")
@@ -168,9 +192,14 @@ class Counters:
                 self._cond.wait(remaining)
 
 
-def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-demo") -> MCPServer:
+def build_server(
+    counters: Counters | None = None, name: str = "otel-mcp-replay-demo", *, era_tools: bool = False
+) -> MCPServer:
     """The demo MCP server: search (read-only), charge (changes, deduplicates by key),
-    send_email (changes), slow (sleeps) and fail (answers a tool error). Executions go to `counters`.
+    send_email (changes), slow (sleeps) and fail (answers a tool error); with `era_tools`, also
+    lookup (read-only) and transfer (changes, deduplicates by key), whose arguments are mirrored into
+    headers, and ask_then_charge (changes, asks the client first: multi-round on 2026-07-28).
+    Executions go to `counters`.
 
     Annotations are set as a real server would; the plugin must never take permission from them.
     """
@@ -222,7 +251,74 @@ def build_server(counters: Counters | None = None, name: str = "otel-mcp-replay-
         executed("fail", ctx)
         raise ToolError("the tool failed on purpose")
 
+    if era_tools:
+        add_era_tools(server, c, executed)
     return server
+
+
+def add_era_tools(server: MCPServer, c: Counters, executed: Callable[[str, Context], None]) -> None:
+    """The tools whose behaviour depends on the protocol era (see build_server)."""
+
+    @server.tool(annotations=tool_annotations(readOnlyHint=True))
+    async def lookup(
+        account: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Account"})], ctx: Context
+    ) -> str:
+        """Look an account up (read-only). `account` is mirrored into the `Mcp-Param-Account` header
+        (2026-07-28): a client that has not listed the tools is rejected with HEADER_MISMATCH."""
+        executed("lookup", ctx)
+        return f"account {account}: open"
+
+    @server.tool(annotations=tool_annotations(readOnlyHint=False, idempotentHint=False))
+    async def transfer(
+        account: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Account"})],
+        amount: int,
+        ctx: Context,
+        idempotency_key: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Key"})] = "",
+    ) -> str:
+        """Move money (changes; deduplicates by key). `account` and `idempotency_key` are mirrored
+        into `Mcp-Param-Account` and `Mcp-Param-Key` headers (2026-07-28)."""
+
+        def run() -> str:
+            executed("transfer", ctx)
+            return f"moved {amount} from {account}"
+
+        if not idempotency_key:
+            return run()
+        result, _ = c.run_once(f"transfer:{idempotency_key}", run)
+        return result
+
+    add_multi_round_tool(server, executed)
+
+
+def add_multi_round_tool(server: MCPServer, executed: Callable[[str, Context], None]) -> None:
+    """`ask_then_charge(amount)`: asks the client to confirm (an elicitation), then charges, counted
+    once when the charge runs. One tool, written once, as the era serves it: on 2026-07-28 the
+    question is a round of its own (SEP-2322: round 1 answers `InputRequiredResult`, round 2 carries
+    the answer and runs the body); on the legacy era (and mcp 1.x) it is asked mid-call, one request."""
+    if LINE == 2:
+
+        @server.tool(annotations=tool_annotations(readOnlyHint=False, idempotentHint=False))
+        async def ask_then_charge(
+            amount: int, confirmation: Annotated[Confirmation, Resolve(ask_confirmation)], ctx: Context
+        ) -> str:
+            """Ask the client to confirm, then charge `amount` (changes)."""
+            if not confirmation.ok:
+                return "not charged"
+            executed("ask_then_charge", ctx)
+            return f"charged {amount}"
+
+        return
+
+    @server.tool(
+        name="ask_then_charge", annotations=tool_annotations(readOnlyHint=False, idempotentHint=False)
+    )
+    async def ask_mid_call_then_charge(amount: int, ctx: Context) -> str:
+        """Ask the client to confirm, then charge `amount` (changes)."""
+        answer = await ctx.elicit(f"charge {amount}?", Confirmation)
+        if answer.action != "accept" or not answer.data.ok:
+            return "not charged"
+        executed("ask_then_charge", ctx)
+        return f"charged {amount}"
 
 
 def _session_id(ctx: Context) -> str | None:

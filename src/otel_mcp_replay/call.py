@@ -5,6 +5,8 @@ The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its a
 only through the named transitions below; at DONE its span ends, its row is written and it
 is counted, once. The call is given up (`abandon`) when the caller has its outcome or stopped
 waiting: nothing more is sent for it, and an attempt still open is settled as what is known of it.
+A multi-round call (SEP-2322, `AppCall`) is one call: each round is a `ToolCall` of its own (its
+request, attempts and record) on the one span the app's call ends and counts, once.
 Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
 """
 
@@ -34,7 +36,7 @@ from otel_mcp_replay.law import (
 )
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
 from otel_mcp_replay.runtime import PROCESS, Runtime
-from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason
+from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -209,17 +211,19 @@ class ToolCall:
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
     fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
     _releases: list[Callable[[], object]] | None = None
+    app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
+    round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
 
-    def __init__(self, runtime: Runtime, tool: str, session: object) -> None:
+    def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
         self.runtime = runtime
         self.tool = tool
         self.session = session
-        self.span = runtime.tracer.start_span(
-            f"{t.CALL_SPAN_PREFIX} {tool}",
-            kind=SpanKind.INTERNAL,
-            attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool},
-        )
-        self.context: Context = trace.set_span_in_context(self.span)
+        if app_call is None:
+            self.span = _call_span(runtime, tool)
+            self.context: Context = trace.set_span_in_context(self.span)
+        else:  # a round of the app's call: its span, its next round number
+            self.app_call = app_call
+            self.round, self.span, self.context = app_call.next_round()
         self.facts = RequestFacts()
         self.knowledge = SeriesKnowledge()
         self.rows: list[AttemptRow] = []
@@ -335,10 +339,17 @@ class ToolCall:
         is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
         if is_error is None:
             is_error = getattr(result, "isError", False)
-        self._file("tool-error" if is_error is True else "completed", False)
+        if _asks_for_input(result):
+            verdict: CallVerdict = "input-required"
+        else:
+            verdict = "tool-error" if is_error is True else "completed"
+        self._file(verdict, False)
         if self.fingerprint is not None and self.runtime.guard is not None:
             self.runtime.guard.forget(self.fingerprint)
-        self.span.end()
+        if self.app_call is not None:
+            self.app_call.round_ended(self, verdict)
+        else:
+            self.span.end()
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -362,10 +373,10 @@ class ToolCall:
             guard = self.runtime.guard
             if self.fingerprint is not None and guard is not None and self.knowledge.effect == "unknown":
                 guard.remember(self.fingerprint)
-        # The type only: an error's message may quote what the server echoed of the call.
-        self.span.set_attribute(t.ERROR_TYPE, type(seen or exc).__qualname__)
-        self.span.set_status(Status(StatusCode.ERROR))
-        self.span.end()
+        if self.app_call is not None:  # the app's call ends the span, as its final round ended
+            self.app_call.round_ended(self, "failed")
+        else:
+            _failed_span(self.span, seen or exc)
         return seen
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
@@ -391,15 +402,17 @@ class ToolCall:
                 tool=self.tool,
                 request_id=str(self.request_id),
                 rows=self.rows,
+                call_round=self.round,
             )
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             self.span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)
         else:
             PROCESS.vouches.file(self.span, record)
-        self.runtime.instruments.calls.add(
-            1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
-        )
+        if self.app_call is None:  # a round is counted with its app's call, once (AppCall.ended)
+            self.runtime.instruments.calls.add(
+                1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
+            )
 
     def _without_http(self, verdict: CallVerdict) -> None:
         """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
@@ -424,3 +437,94 @@ class ToolCall:
         else:
             self.attempt.exchanged(Outcome(0, "error", "unknown"))
             self.attempt.decided(0, "not-retryable")
+
+
+class AppCall:
+    """One `Client.call_tool` of the app's (mcp 2.x), which the SDK's round driver (SEP-2322) sends
+    as one `ClientSession.call_tool` per round: one call all the same. Its span is made by its first
+    round and holds every round's attempts and records; it ends, counted once in the metrics, when
+    the app's call returns or raises, its verdict the final round's."""
+
+    __slots__ = (
+        "arguments",
+        "context",
+        "effect",
+        "last",
+        "mismatched",
+        "rounds",
+        "runtime",
+        "session",
+        "span",
+        "tool",
+    )
+
+    def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
+        self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
+        self.span: Span | None = None  # made by the first round: a call that sent none has none
+        self.context: Context | None = None
+        self.rounds = 0
+        self.last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
+        self.effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
+        self.mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+
+    def is_round(self, session: object, tool: str, arguments: object) -> bool:
+        """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
+        the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
+        return session is self.session and tool == self.tool and arguments is self.arguments
+
+    @property
+    def continues(self) -> bool:
+        """The latest round was answered with InputRequiredResult: the next one continues it, and is
+        never a repeat of it."""
+        return self.last is not None and self.last[1] == "input-required"
+
+    def next_round(self) -> tuple[int, Span, Context]:
+        if self.span is None:
+            self.span = _call_span(self.runtime, self.tool)
+            self.context = trace.set_span_in_context(self.span)
+        assert self.context is not None
+        self.rounds += 1
+        return self.rounds, self.span, self.context
+
+    def round_ended(self, call: ToolCall, verdict: CallVerdict) -> None:
+        self.last = (call, verdict)
+        effect = call.knowledge.effect
+        if effect == "unknown" or (effect == "applied" and self.effect == "none"):
+            self.effect = effect
+
+    def ended(self, error: BaseException | None) -> None:
+        """The app's call returned (`error` None) or raised `error`: end its span, count it once."""
+        span, last = self.span, self.last
+        if span is None:
+            return  # no round began: nothing was sent, nothing to say
+        if last is None:  # not reached: every round ends (patches/session.py), but never leave a span open
+            span.end()
+            return
+        call, verdict = last
+        if error is not None:
+            verdict = "failed"  # the final round's own failure, or what the SDK raised after it
+            _failed_span(span, error)
+        else:
+            span.end()
+        policy = (call.declaration or COMPATIBILITY).policy
+        self.runtime.instruments.calls.add(1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy})
+
+
+def _call_span(runtime: Runtime, tool: str) -> Span:
+    return runtime.tracer.start_span(
+        f"{t.CALL_SPAN_PREFIX} {tool}",
+        kind=SpanKind.INTERNAL,
+        attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool},
+    )
+
+
+def _failed_span(span: Span, error: BaseException) -> None:
+    # The type only: an error's message may quote what the server echoed of the call.
+    span.set_attribute(t.ERROR_TYPE, type(error).__qualname__)
+    span.set_status(Status(StatusCode.ERROR))
+    span.end()
+
+
+def _asks_for_input(result: object) -> bool:
+    """An `InputRequiredResult` (mcp 2.x, SEP-2322): the server asks for input before it completes."""
+    return getattr(result, "result_type", None) == "input_required"

@@ -20,6 +20,9 @@ else:
 CONNECTION_CLOSED: Final = -32000
 INVALID_REQUEST: Final = -32600
 INTERNAL_ERROR: Final = -32603
+# The 2026-07-28 era's rejection of a tools/call whose mirrored headers the server's listing does not
+# match (mcp_types/jsonrpc.py): the SDK's Client re-lists the tools and resends once.
+HEADER_MISMATCH: Final = -32020
 
 
 def _init(error: MCPError, code: int, message: str, data: Any = None) -> None:
@@ -62,18 +65,29 @@ class ReplayUnavailableError(MCPError):
 class RepeatRefusedError(MCPError):
     """The same call of a changing tool failed with its effect unknown a moment ago: not sent again.
 
-    Raised before anything is sent, so this call did not run. `__cause__` is None.
+    Raised before anything is sent, so this call did not run. `__cause__` is None. `sdk_resend`:
+    what was refused is the SDK's own resend of the app's one call, after the server rejected its
+    first send with HEADER_MISMATCH (mcp 2.x, 2026-07-28): the message says so, and what to do.
     """
 
-    def __init__(self, tool: str) -> None:
-        _init(
-            self,
-            INVALID_REQUEST,
-            f"The tool call {tool!r} was not sent: the same call failed moments ago and MAY HAVE RUN. "
-            "Check whether it took effect before calling it again; to repeat it deliberately, call it "
-            "inside otel_mcp_replay.repeat_confirmed().",
-        )
+    def __init__(self, tool: str, *, sdk_resend: bool = False) -> None:
+        if sdk_resend:
+            message = (
+                f"The tool call {tool!r} was sent once and rejected with HEADER_MISMATCH (this client "
+                "had not listed the tool, or its schema changed); the SDK's own resend was not sent, "
+                "because the first send's effect is unknown and the tool makes changes. Check whether "
+                "it took effect. To let the SDK's recovery through: list the tools before calling, "
+                "carry the idempotency key, or call inside otel_mcp_replay.repeat_confirmed()."
+            )
+        else:
+            message = (
+                f"The tool call {tool!r} was not sent: the same call failed moments ago and MAY HAVE "
+                "RUN. Check whether it took effect before calling it again; to repeat it deliberately, "
+                "call it inside otel_mcp_replay.repeat_confirmed()."
+            )
+        _init(self, INVALID_REQUEST, message)
         self.tool = tool
+        self.sdk_resend = sdk_resend
 
 
 class RefusedError(MCPError):

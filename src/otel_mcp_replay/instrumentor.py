@@ -47,6 +47,9 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
             seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
+        # The SDK's round driver (SEP-2322): its rounds are one app-level call.
+        rounds = functools.partial(session.client_call_tool, rt)
+        seams.append(("mcp.client.client", "Client.call_tool", rounds))
         # A caller's cancel, told to the server: the call ends before the SDK waits on its transport.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
     else:  # 1.x: the call is carried to the task that POSTs it

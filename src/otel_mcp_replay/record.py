@@ -240,6 +240,9 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     request_id = get(t.JSONRPC_REQUEST_ID, _MISSING)
     if not is_sane_text(request_id, allow_empty=False):
         raise _refused(t.JSONRPC_REQUEST_ID, given)
+    call_round = get(t.ROUND, _MISSING)
+    if not _count(call_round) or not call_round:  # 1 for the first round: never 0
+        raise _refused(t.ROUND, given)
     # The columns, in order: a plain tuple or list each, all of one length, every cell checked.
     columns: list[tuple[object, ...]] = []
     rows = -1
@@ -259,7 +262,7 @@ def _read(raw: object) -> dict[str, AttributeValue]:
         columns.append(cells)
     # A fresh dict in the allow-list's order, holding only what was checked above.
     record = _in_order(
-        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
     )
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
@@ -275,6 +278,7 @@ def build_record(
     tool: str,
     request_id: str,
     rows: Sequence[AttemptRow],
+    call_round: int = 1,
 ) -> dict[str, AttributeValue]:
     """The record of one `tools/call`, allow-listed at build.
 
@@ -283,7 +287,8 @@ def build_record(
     in `mcp.replay.omitted`; they are the ones just before the last row.
 
     Raises RecordRefused (a ValueError naming the key, never a value) when any argument is outside
-    the allow-list: the caller files nothing rather than a trimmed record.
+    the allow-list: the caller files nothing rather than a trimmed record. `call_round` is the
+    round of a multi-round call (SEP-2322) the record is of: 1 for the first, and for every other call.
     """
     listed = list(rows)
     omitted = 0
@@ -295,7 +300,7 @@ def build_record(
     # Rows to columns with one transpose in C (each row is exactly our own named tuple).
     columns = tuple(zip(*listed, strict=True)) or _NO_ROWS
     record = _in_order(
-        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, *columns
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
     )
     return _read(record)
 

@@ -44,6 +44,8 @@ VERDICT: Final = "mcp.replay.verdict"
 MAY_HAVE_RUN: Final = "mcp.replay.may_have_run"
 ENDPOINT: Final = "mcp.replay.endpoint"
 OMITTED: Final = "mcp.replay.omitted"
+# A multi-round call (SEP-2322) is one call span holding one record per round: 1 for the first.
+ROUND: Final = "mcp.replay.round"
 ATTEMPTS_STATUS: Final = "mcp.replay.attempts.status"
 ATTEMPTS_FAILURE: Final = "mcp.replay.attempts.failure"
 ATTEMPTS_EFFECT: Final = "mcp.replay.attempts.effect"
@@ -61,6 +63,7 @@ RECORD_SCALAR_KEYS: Final = (
     OMITTED,
     GEN_AI_TOOL_NAME,
     JSONRPC_REQUEST_ID,
+    ROUND,
 )
 RECORD_COLUMN_KEYS: Final = (
     ATTEMPTS_STATUS,
@@ -99,7 +102,8 @@ AttemptPermission = Literal["first", "app", "compatibility", "adapter"]
 Assumption = Literal["refused-before-execution"]
 DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key", "budget"]
 CallDeclinedReason = Literal["repeat-of-unknown"]  # on the call span: the repeat guard refused it
-CallVerdict = Literal["completed", "tool-error", "failed"]
+# `input-required`: the round was answered with InputRequiredResult, the server asking for more input.
+CallVerdict = Literal["completed", "tool-error", "failed", "input-required"]
 Adapter = Literal["agentcore-runtime"]
 
 POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)

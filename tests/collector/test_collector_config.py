@@ -197,6 +197,7 @@ INT_KEYS = frozenset(
         t.WAIT_MS,
         t.SENT,
         t.OMITTED,
+        t.ROUND,
         t.ATTEMPTS_STATUS,
         t.ATTEMPTS_WAIT_MS,
     )

@@ -64,8 +64,8 @@ async def test_the_floor_asks_the_sdk_for_nothing_the_plugin_does_not(
     )
     for name, keys in floor["spans"].items():
         assert keys <= plugin["spans"][name], name
-    assert floor["events"] == plugin["events"]  # the record: the same 14 keys
-    assert len(floor["events"][t.RECORD_EVENT]) == 14
+    assert floor["events"] == plugin["events"]  # the record: the same 15 keys
+    assert len(floor["events"][t.RECORD_EVENT]) == 15
     for name, key_sets in floor["points"].items():
         assert key_sets <= plugin["points"].get(name, set()), name
     assert set(floor["points"]) == {t.METRIC_ATTEMPTS, t.METRIC_CALLS}

@@ -151,6 +151,7 @@ def test_record_allow_list_is_the_contracts() -> None:
         "mcp.replay.omitted",
         "gen_ai.tool.name",
         "jsonrpc.request.id",
+        "mcp.replay.round",
         "mcp.replay.attempts.status",
         "mcp.replay.attempts.failure",
         "mcp.replay.attempts.effect",

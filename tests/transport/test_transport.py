@@ -62,6 +62,8 @@ if LINE == 2:
         ("mcp.client.client", "stdio_client"),
         # a caller's cancel, told to the server, ends the call
         ("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify"),
+        # the SDK's round driver (SEP-2322): its rounds are one call
+        ("mcp.client.client", "Client.call_tool"),
     ]
 else:  # the carrier (patches/carrier.py) takes each call to the task that POSTs it
     SEAMS += [

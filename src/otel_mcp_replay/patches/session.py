@@ -1,13 +1,19 @@
-"""The seam where a tool call begins and ends: `ClientSession.call_tool`.
+"""The seams where a tool call begins and ends: `ClientSession.call_tool`, and on mcp 2.x
+`Client.call_tool`, the SDK's round driver (SEP-2322), whose rounds are one call.
 
 It begins the call (its span, current in the context the SDK carries into the task that POSTs the
 request), and when the call ends has it settled and filed. Under the app-authorized policy a
 failure that lacked an answer reaches the caller as `UnknownEffectError`; every other outcome,
 a caller's own cancellation or timeout above all, reaches the caller exactly as the SDK made it.
+A round of a multi-round call is one `ClientSession.call_tool` of the driver's: its own request,
+law and record, under the app's call span; a round that continues one answered with
+`InputRequiredResult` is never refused as a repeat of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,8 +21,15 @@ import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from otel_mcp_replay.call import CURRENT_CALL, ToolCall
+from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
+from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
+from otel_mcp_replay.guard import repeat_confirmed
 from otel_mcp_replay.runtime import Runtime
+
+# The app's `Client.call_tool` in progress in this context (mcp 2.x), while its rounds are sent.
+CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVar(
+    "otel_mcp_replay_app_call", default=None
+)
 
 
 async def call_tool(
@@ -26,27 +39,78 @@ async def call_tool(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    name = args[0] if args else kwargs.get("name")
+    name, arguments = _tool_and_arguments(args, kwargs)
     if type(name) is not str or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    call = ToolCall(rt, name, instance)
+    app_call = outer = CURRENT_APP_CALL.get()
+    if app_call is not None and not app_call.is_round(instance, name, arguments):
+        app_call = None
+    call = ToolCall(rt, name, instance, app_call)
+    continues = app_call is not None and app_call.continues
+    after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
+    # What this call sends in turn (an in-process server's handler) is no round of the app's.
+    app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
     otel_token = otel_context.attach(call.context)
     try:
-        if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
-            result = await wrapped(*args, **kwargs)
-        else:
-            result = await _stoppable(call, wrapped, args, kwargs)
+        # The round after an InputRequiredResult answers the server's question: never a repeat.
+        with repeat_confirmed() if continues else contextlib.nullcontext():
+            if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
+                result = await wrapped(*args, **kwargs)
+            else:
+                result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
+        if app_call is not None:
+            app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
         seen = call.failed(exc)
+        if after_mismatch and isinstance(seen, RepeatRefusedError):
+            seen = RepeatRefusedError(name, sdk_resend=True)  # the app called once: say what happened
         if seen is None:
             raise
         raise seen from seen.__cause__
     finally:
         otel_context.detach(otel_token)
+        if app_token is not None:
+            CURRENT_APP_CALL.reset(app_token)
         CURRENT_CALL.reset(token)
+    if app_call is not None:
+        app_call.mismatched = False
     call.completed(result)
     return result
+
+
+async def client_call_tool(
+    rt: Runtime,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`Client.call_tool` (mcp 2.x): one app-level call, however many rounds the SDK sends for it."""
+    name, arguments = _tool_and_arguments(args, kwargs)
+    if type(name) is not str or not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    try:
+        session = instance.session  # type: ignore[attr-defined]
+    except RuntimeError:  # not entered: the SDK raises its own error
+        return await wrapped(*args, **kwargs)
+    app_call = AppCall(rt, name, arguments, session)
+    token = CURRENT_APP_CALL.set(app_call)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        app_call.ended(exc)
+        raise
+    finally:
+        CURRENT_APP_CALL.reset(token)
+    app_call.ended(None)
+    return result
+
+
+def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
+    """The tool's name and its arguments, first in both `call_tool` signatures (ClientSession, Client)."""
+    name = args[0] if args else kwargs.get("name")
+    return name, args[1] if len(args) > 1 else kwargs.get("arguments")
 
 
 async def notify(

@@ -2,9 +2,10 @@
 
 The rule: a key is read as words (split at anything not a letter or digit and at camelCase humps,
 lower-cased); a key is sensitive when a word ends in a sensitive word, or two adjacent words make a
-sensitive pair. Word by word, so `gen_ai.usage.input_tokens` or `http.request.resend_count` are left
-alone. Any other key is added with OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS. Plain string code, linear in
-the key (and each key is classified once, then cached by the rules).
+sensitive pair (a captured `Mcp-Param-*` header, a tool argument the SDK mirrors, is one). Word by
+word, so `gen_ai.usage.input_tokens` or `http.request.resend_count` are left alone. Any other key is
+added with OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS. Plain string code, linear in the key (and each key is
+classified once, then cached by the rules).
 """
 
 from __future__ import annotations
@@ -48,8 +49,14 @@ SENSITIVE_WORD_PAIRS: Final = frozenset(
         ("x", "auth"),  # X-Auth, X-Auth-Key, X-Auth-User: vendor authentication headers
         ("idempotency", "key"),
         ("connection", "string"),
+        # A captured `Mcp-Param-*` request header: a tool argument the SDK mirrors into a header
+        # (2026-07-28, `x-mcp-header`), an idempotency key among them; however the attribute spells
+        # it (`http.request.header.mcp_param_account`, `...mcp-param-account`, `McpParamAccount`).
+        ("mcp", "param"),
     }
 )
+# The same header run together (`http.request.header.mcpparamaccount`): a word that starts so.
+MIRRORED_ARGUMENT_WORD_START: Final = "mcpparam"
 URL_KEYS: Final = frozenset({"url.full", "http.url", "url.original", "http.target"})
 URL_LAST_WORDS: Final = frozenset({"url", "uri", "referer", "referrer", "location"})
 PARAM_KEYS: Final = frozenset({"url.query", "url.fragment"})
@@ -83,7 +90,10 @@ def key_words(key: str) -> list[str]:
 
 
 def is_sensitive(words: Sequence[str]) -> bool:
-    if any(word.endswith(SENSITIVE_WORD_ENDINGS) for word in words):
+    if any(
+        word.endswith(SENSITIVE_WORD_ENDINGS) or word.startswith(MIRRORED_ARGUMENT_WORD_START)
+        for word in words
+    ):
         return True
     return any(pair in SENSITIVE_WORD_PAIRS for pair in pairwise(words))
 

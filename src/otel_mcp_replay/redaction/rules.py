@@ -4,7 +4,8 @@ The rule: each attribute value (span, event and link attributes) gets its key's 
 once per key by the first of these that applies:
   1. the user's OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS pattern matches the key      -> masked
   2. the key is ours (`mcp.replay.*`) or a known safe semantic-convention key   -> text rules only
-  3. a built-in sensitive key (keys.py: authorization, token, api key, x-auth...) -> masked
+  3. a built-in sensitive key (keys.py: authorization, token, api key, x-auth, a
+     captured Mcp-Param-* header: a tool argument the SDK mirrors)               -> masked
   4. a session id key (`mcp.session.id`, `...session_id`, `sessionId`)            -> keyed hash
   5. a URL key (`url.full`, `http.url`, `...url/uri/referer/location`)           -> mask_url
   6. `url.query` / `url.fragment`                                               -> their values masked
