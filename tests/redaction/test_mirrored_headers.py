@@ -43,7 +43,7 @@ ACCOUNT = "ACCT-Canary4471"  # a tool argument the SDK mirrors into Mcp-Param-Ac
 KEY = "idem-Canary4472"  # the idempotency key's value, mirrored into Mcp-Param-Key
 BIN = Path(sys.executable).parent
 SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 needs_modern = pytest.mark.skipif(MODERN not in ERAS, reason="the installed mcp line has no 2026-07-28 era")
 
