@@ -208,6 +208,8 @@ class ToolCall:
     scope: anyio.CancelScope | None = None  # set while the seam can stop the call
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
     fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
+    # What the guard remembered of it as it ended, for its store: True armed, False cleared.
+    guard_armed: bool | None = None
     _releases: list[Callable[[], object]] | None = None
 
     def __init__(self, runtime: Runtime, tool: str, session: object) -> None:
@@ -338,6 +340,7 @@ class ToolCall:
         self._file("tool-error" if is_error is True else "completed", False)
         if self.fingerprint is not None and self.runtime.guard is not None:
             self.runtime.guard.forget(self.fingerprint)
+            self.guard_armed = False
         self.span.end()
 
     def failed(self, exc: BaseException) -> BaseException | None:
@@ -362,6 +365,7 @@ class ToolCall:
             guard = self.runtime.guard
             if self.fingerprint is not None and guard is not None and self.knowledge.effect == "unknown":
                 guard.remember(self.fingerprint)
+                self.guard_armed = True
         # The type only: an error's message may quote what the server echoed of the call.
         self.span.set_attribute(t.ERROR_TYPE, type(seen or exc).__qualname__)
         self.span.set_status(Status(StatusCode.ERROR))

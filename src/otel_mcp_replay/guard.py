@@ -6,6 +6,11 @@ deduplication key, identical (endpoint, tool, arguments) to a call that failed w
 unknown within the window, is refused before anything is sent. The app repeats deliberately by
 carrying the key, inside `repeat_confirmed()`, or after the window. What is remembered is a keyed
 hash, at most `capacity` of them, the oldest forgotten first: never the arguments.
+
+With a shared store (guard_store.py) the hash is keyed by the secret every process shares, and the
+store is the guard of record: a call of one process arms it for all, a completed call clears it for
+all. This process remembers too, and falls back on its own memory for any store operation that does
+not answer within the bound: a store never fails, blocks or delays a call beyond it.
 """
 
 from __future__ import annotations
@@ -14,15 +19,26 @@ import contextvars
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Final
+from typing import Final, TypeVar
+
+import anyio
+
+from otel_mcp_replay import environment_variables as ev
+from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, StoreTimeout
+from otel_mcp_replay.telemetry import GuardStoreFailure as StoreFailure
+from otel_mcp_replay.telemetry import GuardStoreOperation as StoreOperation
 
 CAPACITY: Final = 4096
+DEFAULT_STORE_TIMEOUT_MS: Final = 50
+
+_T = TypeVar("_T")
 
 _CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_mcp_replay_repeat_confirmed", default=False
@@ -42,17 +58,25 @@ def repeat_confirmed() -> Iterator[None]:
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
-    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_window_s")
+    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_window_s", "shared")
 
     def __init__(
-        self, window_s: float, *, capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic
+        self,
+        window_s: float,
+        *,
+        capacity: int = CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+        shared: SharedStore | None = None,
     ) -> None:
         self._window_s = window_s
         self._capacity = capacity
         self._clock = clock
-        self._key = secrets.token_bytes(32)  # per process: a fingerprint means nothing elsewhere
+        # Per process, a fingerprint means nothing elsewhere; with a store, every process sharing
+        # the secret computes the same one.
+        self._key = shared.secret if shared is not None else secrets.token_bytes(32)
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # fingerprint -> when it expires
         self._lock = threading.Lock()
+        self.shared = shared  # the store every process naming it shares; None: in-process only
 
     def fingerprint(self, endpoint: str, tool: str, arguments: object) -> bytes | None:
         """The keyed hash of one call, or None when its arguments are not plain JSON data."""
@@ -91,3 +115,98 @@ class RepeatGuard:
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+    # -- with a shared store: each a bounded store operation, else this process's own memory --
+
+    async def refuses_shared(self, fingerprint: bytes) -> bool:
+        """Whether a call with this fingerprint must not be sent now, by the store when it answers."""
+        shared = self.shared
+        if shared is None or _CONFIRMED.get():
+            return self.refuses(fingerprint)
+        armed = await shared.bounded("check", shared.store.is_armed(fingerprint.hex()))
+        if armed is None:
+            return self.refuses(fingerprint)
+        if not armed:  # cleared or expired elsewhere: this process's memory of it is stale
+            self.forget(fingerprint)
+        return armed
+
+    async def settled_shared(self, fingerprint: bytes, *, may_have_run: bool) -> None:
+        """Tell the store what this process already remembered (remember/forget): a call that may
+        have run arms it for every process; a completed one clears it."""
+        shared = self.shared
+        if shared is None:
+            return
+        window = max(1, round(self._window_s))
+        with anyio.CancelScope(shield=True):  # a caller's cancel may end the call, not the telling
+            if may_have_run:
+                await shared.bounded("arm", shared.store.arm(fingerprint.hex(), window))
+            else:
+                await shared.bounded("clear", shared.store.clear(fingerprint.hex()))
+
+
+class SharedStore:
+    """A store, the secret every process sharing it shares, the bound on each operation, and what
+    is told when it fails: once at WARNING (a credential refused: once at ERROR, and the store is
+    no longer asked), and each time in the fallback metric."""
+
+    __slots__ = ("_count", "_logger", "_told", "bound_s", "disabled", "secret", "store")
+
+    def __init__(
+        self,
+        store: GuardStore,
+        secret: bytes,
+        bound_s: float,
+        count: Callable[[StoreOperation, StoreFailure], None],
+        log: logging.Logger,
+    ) -> None:
+        self.store = store
+        self.secret = secret
+        self.bound_s = bound_s
+        self.disabled = False
+        self._count = count
+        self._logger = log
+        self._told = False
+
+    async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | None:
+        """`step`'s result within the bound, or None (told and counted) when it did not give one."""
+        failure: StoreFailure = "error"
+        if self.disabled:
+            _close(step)
+            failure = "credential"
+        else:
+            try:
+                with anyio.move_on_after(self.bound_s):
+                    return await step
+                failure = "timeout"
+            except StoreTimeout:
+                failure = "timeout"
+            except StoreCredentialRefused:
+                failure = "credential"
+                if not self.disabled:
+                    self.disabled = True
+                    self._logger.error(
+                        "otel-mcp-replay: %s: the store refused the credential; the repeat guard stays "
+                        "in-process",
+                        ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+                    )
+            except Exception:  # any failure of the store: the call goes on with this process's memory
+                failure = "error"
+        self._count(operation, failure)
+        if not self._told and failure != "credential":
+            self._told = True
+            # Its kind only, never its text: a client's error may quote the URL.
+            self._logger.warning(
+                "otel-mcp-replay: %s: the store did not answer within %d ms (%s); the repeat guard "
+                "falls back to this process's memory for such calls, and shares again when it answers "
+                "(counted in mcp.client.replay.guard.store.fallbacks)",
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+                round(self.bound_s * 1000),
+                failure,
+            )
+        return None
+
+
+def _close(step: Awaitable[object]) -> None:
+    close = getattr(step, "close", None)  # a coroutine never awaited is closed, not left to warn
+    if close is not None:
+        close()

@@ -39,6 +39,8 @@ async def call_tool(
             result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
         seen = call.failed(exc)
+        if call.guard_armed is not None:
+            await _tell_store(rt, call)
         if seen is None:
             raise
         raise seen from seen.__cause__
@@ -46,7 +48,18 @@ async def call_tool(
         otel_context.detach(otel_token)
         CURRENT_CALL.reset(token)
     call.completed(result)
+    if call.guard_armed is not None:
+        await _tell_store(rt, call)
     return result
+
+
+async def _tell_store(rt: Runtime, call: ToolCall) -> None:
+    """What the repeat guard remembered of this call, told to its shared store (if one is named),
+    within the store's bound: a call that may have run arms it for every process, a completed one
+    clears it."""
+    guard = rt.guard
+    if guard is not None and guard.shared is not None and call.fingerprint is not None:
+        await guard.settled_shared(call.fingerprint, may_have_run=call.guard_armed is True)
 
 
 async def notify(
