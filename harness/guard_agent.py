@@ -7,7 +7,7 @@ and answers one JSON line on stdout:
   {"op": "call", "tool": ..., "arguments": {...}, "confirmed": bool} -> {"outcome": <how it ended>}
   {"op": "report"} -> the fallback metric's points, the log records, every exported span's name,
                       attributes and events, and how many store operations were begun.
-A call opens its own session (mcp 1.x ends a session a refusal was handed to). Run as
+A call opens its own session (mcp 1.x ends a session after a failed call). Run as
 `python -m harness.guard_agent URL BACKEND` (BACKEND: asyncio or trio).
 """
 
@@ -40,18 +40,29 @@ class _Kept(logging.Handler):
         self.records.append((record.levelname, record.getMessage()))
 
 
-async def _call(url: str, tool: str, arguments: dict[str, Any], confirmed: bool) -> str:
+async def call_once(url: str, tool: str, arguments: dict[str, Any], confirmed: bool = False) -> str:
+    """One call on a session of its own: how the call itself ended (`completed`, `tool-error`, the
+    plugin's error by name, else the error's type). mcp 1.x then tears the session down after a
+    failed call (docs/mcp-lines.md): that teardown is the SDK's, not the call's outcome."""
+    outcome: str | None = None
     try:
         async with Client(url) as client:
-            with anyio.fail_after(30):  # a hang guard only
-                if confirmed:
-                    with repeat_confirmed():
+            try:
+                with anyio.fail_after(30):  # a hang guard only
+                    if confirmed:
+                        with repeat_confirmed():
+                            result = await client.call_tool(tool, arguments)
+                    else:
                         result = await client.call_tool(tool, arguments)
-                else:
-                    result = await client.call_tool(tool, arguments)
+            except Exception as exc:
+                outcome = _error_name(exc)
+            else:
+                outcome = "tool-error" if is_error(result) else "completed"
     except Exception as exc:
-        return _error_name(exc)
-    return "tool-error" if is_error(result) else "completed"
+        if outcome is None:
+            return _error_name(exc)
+    assert outcome is not None
+    return outcome
 
 
 def _error_name(exc: BaseException) -> str:
@@ -110,7 +121,9 @@ async def _serve(url: str) -> None:
         command = json.loads(line)
         answer: dict[str, Any]
         if command["op"] == "call":
-            outcome = await _call(url, command["tool"], command["arguments"], bool(command.get("confirmed")))
+            outcome = await call_once(
+                url, command["tool"], command["arguments"], bool(command.get("confirmed"))
+            )
             answer = {"outcome": outcome}
         else:
             answer = _report(exporter, reader, kept, instrumentor)

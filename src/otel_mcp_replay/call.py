@@ -23,6 +23,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
+from otel_mcp_replay.guard import confirmed
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     Answer,
@@ -210,12 +211,16 @@ class ToolCall:
     fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
     # What the guard remembered of it as it ended, for its store: True armed, False cleared.
     guard_armed: bool | None = None
+    repeat_confirmed = False  # begun inside repeat_confirmed(): the repeat guard lets it go
     _releases: list[Callable[[], object]] | None = None
 
     def __init__(self, runtime: Runtime, tool: str, session: object) -> None:
         self.runtime = runtime
         self.tool = tool
         self.session = session
+        # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
+        if confirmed():
+            self.repeat_confirmed = True
         self.span = runtime.tracer.start_span(
             f"{t.CALL_SPAN_PREFIX} {tool}",
             kind=SpanKind.INTERNAL,

@@ -55,6 +55,12 @@ def repeat_confirmed() -> Iterator[None]:
         _CONFIRMED.reset(token)
 
 
+def confirmed() -> bool:
+    """Whether the caller is inside `repeat_confirmed()`: read where the call begins, in the
+    caller's context (mcp 1.x sends the request from a task of its transport, which is not)."""
+    return _CONFIRMED.get()
+
+
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
@@ -86,9 +92,10 @@ class RepeatGuard:
             return None
         return hmac.new(self._key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
 
-    def refuses(self, fingerprint: bytes) -> bool:
-        """Whether a call with this fingerprint must not be sent now."""
-        if _CONFIRMED.get():
+    def refuses(self, fingerprint: bytes, *, repeat_confirmed: bool | None = None) -> bool:
+        """Whether a call with this fingerprint must not be sent now (`repeat_confirmed`: as the
+        call's caller was, when it began; None: as this context is)."""
+        if _CONFIRMED.get() if repeat_confirmed is None else repeat_confirmed:
             return False
         with self._lock:
             expires = self._seen.get(fingerprint)
@@ -118,14 +125,14 @@ class RepeatGuard:
 
     # -- with a shared store: each a bounded store operation, else this process's own memory --
 
-    async def refuses_shared(self, fingerprint: bytes) -> bool:
+    async def refuses_shared(self, fingerprint: bytes, *, repeat_confirmed: bool) -> bool:
         """Whether a call with this fingerprint must not be sent now, by the store when it answers."""
         shared = self.shared
-        if shared is None or _CONFIRMED.get():
-            return self.refuses(fingerprint)
+        if shared is None or repeat_confirmed:
+            return self.refuses(fingerprint, repeat_confirmed=repeat_confirmed)
         armed = await shared.bounded("check", shared.store.is_armed(fingerprint.hex()))
         if armed is None:
-            return self.refuses(fingerprint)
+            return self.refuses(fingerprint, repeat_confirmed=False)
         if not armed:  # cleared or expired elsewhere: this process's memory of it is stale
             self.forget(fingerprint)
         return armed

@@ -309,7 +309,9 @@ async def _refusal(
     params = body.get("params")
     arguments = params.get("arguments") if type(params) is dict else None
     call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, arguments)
-    if call.fingerprint is not None and await rt.guard.refuses_shared(call.fingerprint):
+    if call.fingerprint is not None and await rt.guard.refuses_shared(
+        call.fingerprint, repeat_confirmed=call.repeat_confirmed
+    ):
         return RepeatRefusedError(call.tool)
     return None
 
