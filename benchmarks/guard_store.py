@@ -51,6 +51,7 @@ async def _run(quick: bool) -> Section:
     plugin = McpReplayInstrumentor()
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
     search_commands: list[int] = []
+    guarded_commands: list[int] = []
     with RedisServer() as redis, server_process() as url:
         settings: dict[str, dict[str, Any]] = {
             "in-process": {},
@@ -82,19 +83,18 @@ async def _run(quick: bool) -> Section:
                     try:
                         for _ in range(5):  # warm: a new runtime's first store connection
                             await call()
-                        if arm == "search, store named":
+                        counted = arm in ("search, store named", "charge, store")
+                        if counted:
                             redis.command("CONFIG", "RESETSTAT")
                         for _ in range(per_block):
                             started = time.perf_counter()
                             await call()
                             samples[arm].append((time.perf_counter() - started) * 1e6)
-                        if arm == "search, store named":
-                            search_commands.append(
-                                sum(
-                                    n
-                                    for name, n in redis.command_calls().items()
-                                    if name != "config|resetstat"
-                                )
+                        if counted:
+                            ran = redis.command_calls()
+                            commands = sum(ran.values()) - ran.get("config|resetstat", 0)
+                            (search_commands if arm.startswith("search") else guarded_commands).append(
+                                commands
                             )
                     finally:
                         plugin.uninstrument()
@@ -110,6 +110,10 @@ async def _run(quick: bool) -> Section:
     for q in (50, 99):
         added = p("search, store named", q) - p("search, no store", q)
         section.add(f"unguarded call (`search`), store named vs not, p{q}", f"{added / 1000:+.2f} ms")
+    section.add(
+        "store commands per guarded call (EXISTS, then DEL)",
+        f"{sum(guarded_commands) / (len(guarded_commands) * per_block):.2f}",
+    )
     touched = sum(search_commands)
     section.add(
         "store commands run during the unguarded calls (Redis INFO commandstats)",

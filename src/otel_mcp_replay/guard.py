@@ -203,12 +203,12 @@ class SharedStore:
             self._told = True
             # Its kind only, never its text: a client's error may quote the URL.
             self._logger.warning(
-                "otel-mcp-replay: %s: the store did not answer within %d ms (%s); the repeat guard "
-                "falls back to this process's memory for such calls, and shares again when it answers "
-                "(counted in mcp.client.replay.guard.store.fallbacks)",
+                "otel-mcp-replay: %s: the store gave no answer (%s; the bound is %d ms); the repeat "
+                "guard falls back to this process's memory for each such call, and is shared again "
+                "when the store answers (counted in mcp.client.replay.guard.store.fallbacks)",
                 ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
-                round(self.bound_s * 1000),
                 failure,
+                round(self.bound_s * 1000),
             )
         return None
 
