@@ -9,13 +9,16 @@ the same port. Readiness is a bounded poll of PING over a raw socket, never a sl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from types import TracebackType
+from typing import BinaryIO
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
@@ -71,14 +74,23 @@ class RedisServer:
         except OSError:
             return False
 
-    def command(self, *words: str) -> bytes:
-        """One command over a raw socket (authenticated when the server has a password): its first
-        reply line (for an integer reply, `:N`)."""
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[tuple[socket.socket, BinaryIO]]:
+        """A connection (authenticated when the server has a password) and its reader."""
         with socket.create_connection((_HOST, self.port), timeout=2) as conn:
             reader = conn.makefile("rb")
-            if self.password is not None and words != ("PING",):
+            if self.password is not None:
                 conn.sendall(_encoded("AUTH", self.password))
                 reader.readline()
+            yield conn, reader
+
+    def command(self, *words: str) -> bytes:
+        """One command: its first reply line (for an integer reply, `:N`; for a bulk one, its body)."""
+        if words == ("PING",):  # readiness: answered (or refused for want of AUTH) before any AUTH
+            with socket.create_connection((_HOST, self.port), timeout=2) as conn:
+                conn.sendall(_encoded("PING"))
+                return conn.makefile("rb").readline().rstrip(b"\r\n")
+        with self._connection() as (conn, reader):
             conn.sendall(_encoded(*words))
             line = reader.readline().rstrip(b"\r\n")
             if line.startswith(b"$") and line != b"$-1":  # a bulk reply: its body
@@ -94,11 +106,7 @@ class RedisServer:
 
     def keys(self) -> list[str]:
         """Every key the server holds (`KEYS *`: a test's few)."""
-        with socket.create_connection((_HOST, self.port), timeout=2) as conn:
-            reader = conn.makefile("rb")
-            if self.password is not None:
-                conn.sendall(_encoded("AUTH", self.password))
-                reader.readline()
+        with self._connection() as (conn, reader):
             conn.sendall(_encoded("KEYS", "*"))
             count = int(reader.readline().rstrip(b"\r\n")[1:])
             found = []
@@ -109,11 +117,7 @@ class RedisServer:
 
     def command_calls(self) -> dict[str, int]:
         """Commands the server ran since it started (or since CONFIG RESETSTAT), by name."""
-        with socket.create_connection((_HOST, self.port), timeout=2) as conn:
-            reader = conn.makefile("rb")
-            if self.password is not None:
-                conn.sendall(_encoded("AUTH", self.password))
-                reader.readline()
+        with self._connection() as (conn, reader):
             conn.sendall(_encoded("INFO", "commandstats"))
             size = int(reader.readline().rstrip(b"\r\n")[1:])
             body = reader.read(size + 2).decode()
