@@ -256,6 +256,8 @@ def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_share
 
     redis.resume()
     assert b.call(x) == "RepeatRefusedError"  # shared again: B learns of A's call from the store
+    assert a.call(y) == "RepeatRefusedError"  # armed here while the store was paused: still refused,
+    assert b.call(y) == "RepeatRefusedError"  # and now shared
 
     redis.stop()  # refuses connections
     mcp_server.faults.add("charge", DropAfterExecution())
@@ -265,6 +267,8 @@ def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_share
     assert fallbacks[("arm", "error")] == 1 and fallbacks[("check", "error")] == 2
 
     redis.start()  # back, on the same port (empty: it persists nothing)
+    assert a.call(w) == "RepeatRefusedError"  # armed while it was down: still refused, and shared
+    assert b.call(w) == "RepeatRefusedError"
     mcp_server.faults.add("charge", DropAfterExecution())
     assert a.call(v) == "UnknownEffectError"
     assert b.call(v) == "RepeatRefusedError"  # shared again

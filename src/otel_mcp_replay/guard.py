@@ -10,12 +10,15 @@ hash, at most `capacity` of them, the oldest forgotten first: never the argument
 With a shared store (guard_store.py) the hash is keyed by the secret every process shares, and the
 store is the guard of record: a call of one process arms it for all, a completed call clears it for
 all. This process remembers too, and falls back on its own memory for any store operation that does
-not answer within the bound: a store never fails, blocks or delays a call beyond it.
+not answer within the bound: a store never fails, blocks or delays a call beyond it. A call armed
+here while the store failed stays refused here (the store's "not armed" does not clear it) and is
+shared at its next check the store answers.
 """
 
 from __future__ import annotations
 
 import contextvars
+import enum
 import hashlib
 import hmac
 import json
@@ -39,6 +42,15 @@ CAPACITY: Final = 4096
 DEFAULT_STORE_TIMEOUT_MS: Final = 50
 
 _T = TypeVar("_T")
+
+
+class Failed(enum.Enum):
+    """A store operation that gave no result within its bound."""
+
+    FAILED = enum.auto()
+
+
+FAILED: Final = Failed.FAILED
 
 _CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_mcp_replay_repeat_confirmed", default=False
@@ -64,7 +76,7 @@ def confirmed() -> bool:
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
-    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_window_s", "shared")
+    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_unshared", "_window_s", "shared")
 
     def __init__(
         self,
@@ -81,6 +93,9 @@ class RepeatGuard:
         # the secret computes the same one.
         self._key = shared.secret if shared is not None else secrets.token_bytes(32)
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # fingerprint -> when it expires
+        # Those of them the store never took (it failed when they were armed): here, this process's
+        # memory is the guard of record, and the store is told again when it answers.
+        self._unshared: set[bytes] = set()
         self._lock = threading.Lock()
         self.shared = shared  # the store every process naming it shares; None: in-process only
 
@@ -103,6 +118,7 @@ class RepeatGuard:
                 return False
             if expires <= self._clock():
                 del self._seen[fingerprint]
+                self._unshared.discard(fingerprint)
                 return False
             return True
 
@@ -112,12 +128,13 @@ class RepeatGuard:
             self._seen[fingerprint] = self._clock() + self._window_s
             self._seen.move_to_end(fingerprint)
             while len(self._seen) > self._capacity:
-                self._seen.popitem(last=False)
+                self._unshared.discard(self._seen.popitem(last=False)[0])
 
     def forget(self, fingerprint: bytes) -> None:
         """A call with this fingerprint completed: there is nothing left to check."""
         with self._lock:
             self._seen.pop(fingerprint, None)
+            self._unshared.discard(fingerprint)
 
     def __len__(self) -> int:
         with self._lock:
@@ -131,11 +148,28 @@ class RepeatGuard:
         if shared is None or repeat_confirmed:
             return self.refuses(fingerprint, repeat_confirmed=repeat_confirmed)
         armed = await shared.bounded("check", shared.store.is_armed(fingerprint.hex()))
-        if armed is None:
+        if armed is FAILED:
             return self.refuses(fingerprint, repeat_confirmed=False)
-        if not armed:  # cleared or expired elsewhere: this process's memory of it is stale
-            self.forget(fingerprint)
-        return armed
+        if armed:
+            return True
+        with self._lock:
+            unshared = fingerprint in self._unshared
+        if unshared and self.refuses(fingerprint, repeat_confirmed=False):
+            # Armed here while the store failed: still refused, and now shared.
+            await self._share(shared, fingerprint)
+            return True
+        self.forget(fingerprint)  # cleared or expired elsewhere: this process's memory of it is stale
+        return False
+
+    async def _share(self, shared: SharedStore, fingerprint: bytes) -> None:
+        window = max(1, round(self._window_s))
+        taken = await shared.bounded("arm", shared.store.arm(fingerprint.hex(), window))
+        with self._lock:
+            if taken is FAILED:
+                if fingerprint in self._seen:
+                    self._unshared.add(fingerprint)
+            else:
+                self._unshared.discard(fingerprint)
 
     async def settled_shared(self, fingerprint: bytes, *, may_have_run: bool) -> None:
         """Tell the store what this process already remembered (remember/forget): a call that may
@@ -143,10 +177,9 @@ class RepeatGuard:
         shared = self.shared
         if shared is None:
             return
-        window = max(1, round(self._window_s))
         with anyio.CancelScope(shield=True):  # a caller's cancel may end the call, not the telling
             if may_have_run:
-                await shared.bounded("arm", shared.store.arm(fingerprint.hex(), window))
+                await self._share(shared, fingerprint)
             else:
                 await shared.bounded("clear", shared.store.clear(fingerprint.hex()))
 
@@ -174,8 +207,8 @@ class SharedStore:
         self._logger = log
         self._told = False
 
-    async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | None:
-        """`step`'s result within the bound, or None (told and counted) when it did not give one."""
+    async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | Failed:
+        """`step`'s result within the bound, or FAILED (told and counted) when it did not give one."""
         failure: StoreFailure = "error"
         if self.disabled:
             _close(step)
@@ -210,7 +243,7 @@ class SharedStore:
                 failure,
                 round(self.bound_s * 1000),
             )
-        return None
+        return FAILED
 
 
 def _close(step: Awaitable[object]) -> None:
