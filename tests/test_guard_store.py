@@ -478,3 +478,40 @@ async def test_the_credential_in_the_url_is_never_logged_or_recorded(
     assert len(warnings) == 1  # the store's fallback, said once
     told = _logged(caplog) + _exported(telemetry)
     assert telemetry.spans() and PASSWORD not in told and SECRET not in told
+
+
+def test_the_store_url_and_the_secret_are_never_in_a_repr(redis_with_password: RedisServer) -> None:
+    from otel_mcp_replay.guard_store import RedisStore
+    from otel_mcp_replay.settings import Settings
+
+    settings = Settings(repeat_guard_store=redis_with_password.url, repeat_guard_secret=SECRET)
+    assert settings.repeat_guard_store == redis_with_password.url  # held, as given
+    shown = repr(settings) + repr(RedisStore(redis_with_password.url, 0.05))
+    assert PASSWORD not in shown and SECRET not in shown and str(redis_with_password.port) not in shown
+
+
+@pytest.mark.anyio
+async def test_without_the_redis_client_the_store_is_an_error_and_the_guard_stays_in_process(
+    server: ServerHandle,
+    redis: RedisServer,
+    instrument: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # `import redis` raises ImportError
+    with caplog.at_level(logging.ERROR, "otel_mcp_replay"):
+        instrumentor = instrument(
+            servers=declared(server), repeat_guard_store=redis.url, repeat_guard_secret=SECRET
+        )
+    errors = plugin_errors(caplog)
+    assert (
+        len(errors) == 1
+        and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]
+        and "[redis]" in errors[0]
+    )
+    guard = instrumentor.runtime.guard
+    assert guard is not None and guard.shared is None
+    server.faults.add("charge", DropAfterExecution())
+    assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+    assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"  # in-process
+    assert server.counters.executions("charge") == 1 and guard_keys(redis) == 0

@@ -110,8 +110,9 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Enforces the app's replay declarations on the mcp client and records every attempt.
 
     Keyword arguments of `instrument()`: `tracer_provider`, `meter_provider`, and the settings
-    `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`, each overriding
-    its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
+    `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`,
+    `repeat_guard_s`, `repeat_guard_store`, `repeat_guard_secret`, `repeat_guard_store_timeout_ms`,
+    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
     """
 
     _wrapped: list[tuple[str, str]] = []
