@@ -50,12 +50,11 @@ def check_store_url(value: object, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         type_error(path, "must be a redis:// or rediss:// URL (a string)")
+    text = value.strip()
     problem: str | None = None
     try:
-        parts = urllib.parse.urlsplit(value.strip())
-        port = parts.port  # raises ValueError when it is not a number in range
-        del port
-        host = parts.hostname
+        parts = urllib.parse.urlsplit(text)
+        host, _port = parts.hostname, parts.port  # the port raises ValueError unless a number in range
     except ValueError:
         problem = "is not a valid URL"
     else:
@@ -66,11 +65,11 @@ def check_store_url(value: object, path: str) -> str | None:
             problem = "must name a host"
         elif database and not (database.isascii() and database.isdigit()):
             problem = "must name the database as a number (redis://host:port/0)"
-        elif any(c.isspace() or ord(c) < 0x20 for c in value.strip()):
+        elif any(c.isspace() or ord(c) < 0x20 for c in text):
             problem = "must not hold blanks or control characters"
     if problem is not None:  # outside the handler: no parser error (which may quote it) is chained
         value_error(path, problem)
-    return value.strip()
+    return text
 
 
 class RedisStore:
@@ -121,7 +120,7 @@ class RedisStore:
             self._sync_client = redis.Redis.from_url(self._url, **self._client_options(Retry(NoBackoff(), 1)))
         return self._sync_client
 
-    async def _run(self, command: str, *args: object) -> Any:
+    async def _execute(self, command: str, *args: object) -> Any:
         self.operations += 1
         try:
             loop = asyncio.get_running_loop()
@@ -132,9 +131,10 @@ class RedisStore:
             )
         return await self._async_client(loop).execute_command(command, *args)
 
-    async def _bounded(self, command: str, *args: object) -> Any:
+    async def _command(self, command: str, *args: object) -> Any:
+        """Its reply; a refused credential or a client timeout raised as the guard tells them."""
         try:
-            return await self._run(command, *args)
+            return await self._execute(command, *args)
         except self.errors.AuthenticationError:
             raise StoreCredentialRefused from None
         except self.errors.ResponseError as exc:
@@ -145,13 +145,13 @@ class RedisStore:
             raise StoreTimeout from None
 
     async def arm(self, key: str, ttl_s: int) -> None:
-        await self._bounded("SET", PREFIX + key, 1, "EX", ttl_s)
+        await self._command("SET", PREFIX + key, 1, "EX", ttl_s)
 
     async def is_armed(self, key: str) -> bool:
-        return bool(await self._bounded("EXISTS", PREFIX + key))
+        return bool(await self._command("EXISTS", PREFIX + key))
 
     async def clear(self, key: str) -> None:
-        await self._bounded("DEL", PREFIX + key)
+        await self._command("DEL", PREFIX + key)
 
     def __repr__(self) -> str:  # never the URL: it may carry a credential
         return "RedisStore(<url withheld>)"
