@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks._common import REPO, Section, machine, render_section
 
-SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction")
+SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction", "guard_store")
 TIMEOUT_S = {
     "overhead": 420,
     "cpu": 300,
@@ -27,6 +27,7 @@ TIMEOUT_S = {
     "redaction": 120,
     "hostile": 600,
     "hostile_redaction": 300,
+    "guard_store": 300,
 }
 RESULTS = REPO / "benchmarks" / "results" / "latest.md"
 

@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
+from otel_mcp_replay.guard import confirmed
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     Answer,
@@ -210,6 +211,9 @@ class ToolCall:
     scope: anyio.CancelScope | None = None  # set while the seam can stop the call
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
     fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
+    # What the guard remembered of it as it ended, for its store: True armed, False cleared.
+    guard_armed: bool | None = None
+    repeat_confirmed = False  # begun inside repeat_confirmed(): the repeat guard lets it go
     _releases: list[Callable[[], object]] | None = None
     app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
     round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
@@ -218,6 +222,9 @@ class ToolCall:
         self.runtime = runtime
         self.tool = tool
         self.session = session
+        # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
+        if confirmed():
+            self.repeat_confirmed = True
         if app_call is None:
             self.span = _call_span(runtime, tool)
             self.context: Context = trace.set_span_in_context(self.span)
@@ -346,6 +353,7 @@ class ToolCall:
         self._file(verdict, False)
         if self.fingerprint is not None and self.runtime.guard is not None:
             self.runtime.guard.forget(self.fingerprint)
+            self.guard_armed = False
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict)
         else:
@@ -373,6 +381,7 @@ class ToolCall:
             guard = self.runtime.guard
             if self.fingerprint is not None and guard is not None and self.knowledge.effect == "unknown":
                 guard.remember(self.fingerprint)
+                self.guard_armed = True
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
             self.app_call.round_ended(self, "failed")
         else:

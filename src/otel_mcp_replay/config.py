@@ -52,9 +52,15 @@ _ENV_SETTINGS: Final = {
     "retry_on_throttle": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
     "retry_budget": ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
     "repeat_guard_s": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S,
+    "repeat_guard_store": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+    "repeat_guard_secret": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET,
+    "repeat_guard_store_timeout_ms": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS,
 }
 _CONFIG_FIELDS: Final = frozenset(("servers",))
 _BOM: Final = "\ufeff"
+_SECRET_MISSING: Final = (
+    f"is required with {ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE}: the repeat guard stays in-process"
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,14 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
         except Exception as exc:  # the environment must never stop the app or the loader
             fail_closed = True
             _log(variable, exc)
+    if checked.get("repeat_guard_store") is not None and checked.get("repeat_guard_secret") is None:
+        # A store without the secret every process shares: the guard stays in-process.
+        if "repeat_guard_store" in kwargs:
+            value_error("repeat_guard_secret", "is required with repeat_guard_store")
+        del checked["repeat_guard_store"]
+        fail_closed = True
+        secret = ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET
+        _log(secret, DeclarationValueError(secret, _SECRET_MISSING))
     if servers is None:
         try:
             servers = _servers_from_env(environ)

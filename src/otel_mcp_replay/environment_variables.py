@@ -21,6 +21,15 @@ OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET = "OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET"
 OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S = "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S"
 """Seconds the repeat guard remembers a call that may have run (default 600); `0` turns it off."""
 
+OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE = "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE"
+"""A `redis://`/`rediss://` URL: the repeat guard shared by every process naming it (extra `[redis]`)."""
+
+OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET = "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET"
+"""The HMAC key (>= 16 bytes) every process sharing the store shares; required with a store."""
+
+OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS = "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS"
+"""The bound on each operation of the repeat guard's store, in milliseconds (default 50)."""
+
 OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
 """Comma list of RE2 patterns on attribute keys (any case) whose values are masked (`\\,`: a comma)."""
 

@@ -6,23 +6,51 @@ deduplication key, identical (endpoint, tool, arguments) to a call that failed w
 unknown within the window, is refused before anything is sent. The app repeats deliberately by
 carrying the key, inside `repeat_confirmed()`, or after the window. What is remembered is a keyed
 hash, at most `capacity` of them, the oldest forgotten first: never the arguments.
+
+With a shared store (guard_store.py) the hash is keyed by the secret every process shares, and the
+store is the guard of record: a call of one process arms it for all, a completed call clears it for
+all. This process remembers too, and falls back on its own memory for any store operation that does
+not answer within the bound: a store never fails, blocks or delays a call beyond it. A call armed
+here while the store failed stays refused here (the store's "not armed" does not clear it) and is
+shared at its next check the store answers.
 """
 
 from __future__ import annotations
 
 import contextvars
+import enum
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Final
+from typing import Final, TypeVar
+
+import anyio
+
+from otel_mcp_replay import environment_variables as ev
+from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, StoreTimeout
+from otel_mcp_replay.telemetry import GuardStoreFailure as StoreFailure
+from otel_mcp_replay.telemetry import GuardStoreOperation as StoreOperation
 
 CAPACITY: Final = 4096
+DEFAULT_STORE_TIMEOUT_MS: Final = 50
+
+_T = TypeVar("_T")
+
+
+class Failed(enum.Enum):
+    """A store operation that gave no result within its bound."""
+
+    FAILED = enum.auto()
+
+
+FAILED: Final = Failed.FAILED
 
 _CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_mcp_replay_repeat_confirmed", default=False
@@ -39,20 +67,37 @@ def repeat_confirmed() -> Iterator[None]:
         _CONFIRMED.reset(token)
 
 
+def confirmed() -> bool:
+    """Whether the caller is inside `repeat_confirmed()`: read where the call begins, in the
+    caller's context (mcp 1.x sends the request from a task of its transport, which is not)."""
+    return _CONFIRMED.get()
+
+
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
-    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_window_s")
+    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_unshared", "_window_s", "shared")
 
     def __init__(
-        self, window_s: float, *, capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic
+        self,
+        window_s: float,
+        *,
+        capacity: int = CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+        shared: SharedStore | None = None,
     ) -> None:
         self._window_s = window_s
         self._capacity = capacity
         self._clock = clock
-        self._key = secrets.token_bytes(32)  # per process: a fingerprint means nothing elsewhere
+        # Per process, a fingerprint means nothing elsewhere; with a store, every process sharing
+        # the secret computes the same one.
+        self._key = shared.secret if shared is not None else secrets.token_bytes(32)
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # fingerprint -> when it expires
+        # Those of them the store never took (it failed when they were armed): here, this process's
+        # memory is the guard of record, and the store is told again when it answers.
+        self._unshared: set[bytes] = set()
         self._lock = threading.Lock()
+        self.shared = shared  # the store every process naming it shares; None: in-process only
 
     def fingerprint(self, endpoint: str, tool: str, arguments: object) -> bytes | None:
         """The keyed hash of one call, or None when its arguments are not plain JSON data."""
@@ -62,9 +107,10 @@ class RepeatGuard:
             return None
         return hmac.new(self._key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
 
-    def refuses(self, fingerprint: bytes) -> bool:
-        """Whether a call with this fingerprint must not be sent now."""
-        if _CONFIRMED.get():
+    def refuses(self, fingerprint: bytes, *, repeat_confirmed: bool | None = None) -> bool:
+        """Whether a call with this fingerprint must not be sent now (`repeat_confirmed`: as the
+        call's caller was, when it began; None: as this context is)."""
+        if _CONFIRMED.get() if repeat_confirmed is None else repeat_confirmed:
             return False
         with self._lock:
             expires = self._seen.get(fingerprint)
@@ -72,6 +118,7 @@ class RepeatGuard:
                 return False
             if expires <= self._clock():
                 del self._seen[fingerprint]
+                self._unshared.discard(fingerprint)
                 return False
             return True
 
@@ -81,13 +128,125 @@ class RepeatGuard:
             self._seen[fingerprint] = self._clock() + self._window_s
             self._seen.move_to_end(fingerprint)
             while len(self._seen) > self._capacity:
-                self._seen.popitem(last=False)
+                self._unshared.discard(self._seen.popitem(last=False)[0])
 
     def forget(self, fingerprint: bytes) -> None:
         """A call with this fingerprint completed: there is nothing left to check."""
         with self._lock:
             self._seen.pop(fingerprint, None)
+            self._unshared.discard(fingerprint)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+    # -- with a shared store: each a bounded store operation, else this process's own memory --
+
+    async def refuses_shared(self, fingerprint: bytes, *, repeat_confirmed: bool) -> bool:
+        """Whether a call with this fingerprint must not be sent now, by the store when it answers."""
+        shared = self.shared
+        if shared is None or repeat_confirmed:
+            return self.refuses(fingerprint, repeat_confirmed=repeat_confirmed)
+        armed = await shared.bounded("check", shared.store.is_armed(fingerprint.hex()))
+        if armed is FAILED:
+            return self.refuses(fingerprint, repeat_confirmed=False)
+        if armed:
+            return True
+        with self._lock:
+            unshared = fingerprint in self._unshared
+        if unshared and self.refuses(fingerprint, repeat_confirmed=False):
+            # Armed here while the store failed: still refused, and now shared.
+            await self._share(shared, fingerprint)
+            return True
+        self.forget(fingerprint)  # cleared or expired elsewhere: this process's memory of it is stale
+        return False
+
+    async def _share(self, shared: SharedStore, fingerprint: bytes) -> None:
+        window = max(1, round(self._window_s))
+        taken = await shared.bounded("arm", shared.store.arm(fingerprint.hex(), window))
+        with self._lock:
+            if taken is FAILED:
+                if fingerprint in self._seen:
+                    self._unshared.add(fingerprint)
+            else:
+                self._unshared.discard(fingerprint)
+
+    async def settled_shared(self, fingerprint: bytes, *, may_have_run: bool) -> None:
+        """Tell the store what this process already remembered (remember/forget): a call that may
+        have run arms it for every process; a completed one clears it."""
+        shared = self.shared
+        if shared is None:
+            return
+        with anyio.CancelScope(shield=True):  # a caller's cancel may end the call, not the telling
+            if may_have_run:
+                await self._share(shared, fingerprint)
+            else:
+                await shared.bounded("clear", shared.store.clear(fingerprint.hex()))
+
+
+class SharedStore:
+    """A store, the secret every process sharing it shares, the bound on each operation, and what
+    is told when it fails: once at WARNING (a credential refused: once at ERROR, and the store is
+    no longer asked), and each time in the fallback metric."""
+
+    __slots__ = ("_count", "_logger", "_told", "bound_s", "disabled", "secret", "store")
+
+    def __init__(
+        self,
+        store: GuardStore,
+        secret: bytes,
+        bound_s: float,
+        count: Callable[[StoreOperation, StoreFailure], None],
+        log: logging.Logger,
+    ) -> None:
+        self.store = store
+        self.secret = secret
+        self.bound_s = bound_s
+        self.disabled = False
+        self._count = count
+        self._logger = log
+        self._told = False
+
+    async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | Failed:
+        """`step`'s result within the bound, or FAILED (told and counted) when it did not give one."""
+        failure: StoreFailure = "error"
+        if self.disabled:
+            _close(step)
+            failure = "credential"
+        else:
+            try:
+                with anyio.move_on_after(self.bound_s):
+                    return await step
+                failure = "timeout"
+            except StoreTimeout:
+                failure = "timeout"
+            except StoreCredentialRefused:
+                failure = "credential"
+                if not self.disabled:
+                    self.disabled = True
+                    self._logger.error(
+                        "otel-mcp-replay: %s: the store refused the credential; the repeat guard stays "
+                        "in-process",
+                        ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+                    )
+            except Exception:  # any failure of the store: the call goes on with this process's memory
+                failure = "error"
+        self._count(operation, failure)
+        if not self._told and failure != "credential":
+            self._told = True
+            # Its kind only, never its text: a client's error may quote the URL.
+            self._logger.warning(
+                "otel-mcp-replay: %s: the store gave no answer (%s; the bound is %d ms); the repeat "
+                "guard falls back to this process's memory for each such call, and is shared again "
+                "when the store answers (counted in mcp.client.replay.guard.store.fallbacks)",
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+                failure,
+                round(self.bound_s * 1000),
+            )
+        return FAILED
+
+
+def _close(step: Awaitable[object]) -> None:
+    close = getattr(step, "close", None)  # a coroutine never awaited is closed, not left to warn
+    if close is not None:
+        close()

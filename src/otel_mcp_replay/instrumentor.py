@@ -20,15 +20,17 @@ from opentelemetry.metrics import get_meter
 from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
+from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import resolve
-from otel_mcp_replay.guard import RepeatGuard
+from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
-from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime
-from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
+from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime, logger
+from otel_mcp_replay.settings import Settings
+from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
 
 
@@ -76,12 +78,44 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     return seams
 
 
+def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
+    """The repeat guard (None: its window is 0), shared through its store when one is named."""
+    if not settings.repeat_guard_s:
+        return None
+    shared = None
+    if settings.repeat_guard_store is not None and settings.repeat_guard_secret is not None:
+        bound_s = settings.repeat_guard_store_timeout_ms / 1000
+        try:
+            from otel_mcp_replay.guard_store import RedisStore
+
+            store = RedisStore(settings.repeat_guard_store, bound_s)
+        except ImportError:
+            logger.error(
+                "otel-mcp-replay: %s needs the redis client (pip install 'otel-mcp-replay[redis]'); "
+                "the repeat guard stays in-process",
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+            )
+        else:
+            fallbacks = instruments.guard_store_fallbacks
+            shared = SharedStore(
+                store,
+                settings.repeat_guard_secret.encode("utf-8", "surrogatepass"),
+                bound_s,
+                lambda operation, failure: fallbacks.add(
+                    1, {GUARD_STORE_OPERATION: operation, GUARD_STORE_FAILURE: failure}
+                ),
+                logger,
+            )
+    return RepeatGuard(settings.repeat_guard_s, shared=shared)
+
+
 class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Enforces the app's replay declarations on the mcp client and records every attempt.
 
     Keyword arguments of `instrument()`: `tracer_provider`, `meter_provider`, and the settings
-    `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`, each overriding
-    its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
+    `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`,
+    `repeat_guard_s`, `repeat_guard_store`, `repeat_guard_secret`, `repeat_guard_store_timeout_ms`,
+    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
     """
 
     _wrapped: list[tuple[str, str]] = []
@@ -98,14 +132,15 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         resolved = resolve(kwargs, os.environ)  # raises only for what the keywords say
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
+        instruments = Instruments.on(meter)
         rt = Runtime(
             tracer=tracer,
-            instruments=Instruments.on(meter),
+            instruments=instruments,
             servers=resolved.servers,
             settings=resolved.settings,
             budgets=RetryBudgets(resolved.settings.retry_budget),
             fail_closed=resolved.fail_closed,
-            guard=RepeatGuard(resolved.settings.repeat_guard_s) if resolved.settings.repeat_guard_s else None,
+            guard=_guard(resolved.settings, instruments),
         )
         PROCESS.runtime = rt
         # Spans exported past every redaction are said once, at WARNING, naming the fix.

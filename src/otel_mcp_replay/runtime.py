@@ -41,6 +41,7 @@ class Instruments:
     wait: Histogram
     calls: Counter
     records_refused: Counter
+    guard_store_fallbacks: Counter
 
     @classmethod
     def on(cls, meter: Meter) -> Instruments:
@@ -58,6 +59,11 @@ class Instruments:
                 t.METRIC_RECORDS_REFUSED,
                 unit="{record}",
                 description="request_attempts records refused whole by the allow-list",
+            ),
+            guard_store_fallbacks=meter.create_counter(
+                t.METRIC_GUARD_STORE_FALLBACKS,
+                unit="{operation}",
+                description="Repeat-guard store operations that fell back to the in-process guard",
             ),
         )
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Final
 
 from otel_mcp_replay.declaration import built_checked, is_int, type_error, value_error
+from otel_mcp_replay.guard_store import check_store_url
 
 # The retry budget counts in thousandths of a token (as gRPC's retryThrottling): a smaller ratio
 # would return nothing.
 MIN_RATIO: Final = 0.001
 MIN_TOKENS: Final = 1
+# The shared secret keys the hashes every process stores: as long as an HMAC key should be.
+MIN_SECRET_BYTES: Final = 16
 
 _ASCII_SPACE: Final = " \t\n\r\x0b\x0c"
 _DIGITS: Final = re.compile(r"[0-9]{1,18}", re.ASCII)
@@ -77,6 +80,20 @@ def _check_repeat_guard_s(value: object, path: str) -> int:
     return _check_int(value, path, 0)
 
 
+def _check_repeat_guard_secret(value: object, path: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        type_error(path, "must be a string")
+    if len(value.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES:
+        value_error(path, f"must be at least {MIN_SECRET_BYTES} bytes")
+    return value
+
+
+def _check_store_timeout_ms(value: object, path: str) -> int:
+    return _check_int(value, path, 1)
+
+
 # The one check of each setting, by field name.
 _CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
     "max_attempts": _check_max_attempts,
@@ -84,6 +101,9 @@ _CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
     "retry_on_throttle": _check_bool,
     "retry_budget": check_retry_budget,
     "repeat_guard_s": _check_repeat_guard_s,
+    "repeat_guard_store": check_store_url,
+    "repeat_guard_secret": _check_repeat_guard_secret,
+    "repeat_guard_store_timeout_ms": _check_store_timeout_ms,
 }
 
 
@@ -96,10 +116,17 @@ class Settings:
     retry_on_throttle: bool = True  # False turns off the compatibility rule for 429
     retry_budget: tuple[int, float] | None = (100, 0.1)  # (tokens, ratio) per endpoint, or None: off
     repeat_guard_s: int = 600  # how long the repeat guard remembers a call that may have run; 0: off
+    # The store the repeat guard shares with every process naming it (None: in-process), and the
+    # secret they share: never in a repr (the URL may carry a credential).
+    repeat_guard_store: str | None = field(default=None, repr=False)
+    repeat_guard_secret: str | None = field(default=None, repr=False)
+    repeat_guard_store_timeout_ms: int = 50  # the bound on each store operation
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
             object.__setattr__(self, name, check(getattr(self, name), name))
+        if self.repeat_guard_store is not None and self.repeat_guard_secret is None:
+            value_error("repeat_guard_secret", "is required with repeat_guard_store")
 
 
 DEFAULTS: Final = Settings()
@@ -168,6 +195,9 @@ _TEXT_FORMS: Final[Mapping[str, Callable[[str, str], object]]] = {
     "retry_on_throttle": _yes_or_no,
     "retry_budget": retry_budget_of,
     "repeat_guard_s": _whole_number,
+    "repeat_guard_store": lambda text, where: text,
+    "repeat_guard_secret": lambda text, where: text,
+    "repeat_guard_store_timeout_ms": _whole_number,
 }
 
 

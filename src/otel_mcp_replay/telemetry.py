@@ -105,6 +105,8 @@ CallDeclinedReason = Literal["repeat-of-unknown"]  # on the call span: the repea
 # `input-required`: the round was answered with InputRequiredResult, the server asking for more input.
 CallVerdict = Literal["completed", "tool-error", "failed", "input-required"]
 Adapter = Literal["agentcore-runtime"]
+GuardStoreOperation = Literal["arm", "check", "clear"]  # the repeat guard's store operations
+GuardStoreFailure = Literal["timeout", "error", "credential"]  # why one fell back
 
 POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
 FAILURES: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
@@ -117,6 +119,8 @@ DECLINED_REASONS: Final[tuple[DeclinedReason, ...]] = get_args(DeclinedReason)
 CALL_DECLINED_REASONS: Final[tuple[CallDeclinedReason, ...]] = get_args(CallDeclinedReason)
 VERDICTS: Final[tuple[CallVerdict, ...]] = get_args(CallVerdict)
 ADAPTERS: Final[tuple[Adapter, ...]] = get_args(Adapter)
+GUARD_STORE_OPERATIONS: Final[tuple[GuardStoreOperation, ...]] = get_args(GuardStoreOperation)
+GUARD_STORE_FAILURES: Final[tuple[GuardStoreFailure, ...]] = get_args(GuardStoreFailure)
 
 MAX_RECORD_ROWS: Final = 100
 
@@ -125,6 +129,10 @@ METRIC_ATTEMPTS: Final = "mcp.client.replay.attempts"
 METRIC_WAIT: Final = "mcp.client.replay.wait"
 METRIC_CALLS: Final = "mcp.client.replay.calls"
 METRIC_RECORDS_REFUSED: Final = "mcp.client.replay.records.refused"
+METRIC_GUARD_STORE_FALLBACKS: Final = "mcp.client.replay.guard.store.fallbacks"
+# Its attributes: which store operation fell back (GUARD_STORE_OPERATIONS), and why (GUARD_STORE_FAILURES).
+GUARD_STORE_OPERATION: Final = "mcp.replay.guard.store.operation"
+GUARD_STORE_FAILURE: Final = "mcp.replay.guard.store.failure"
 
 # The session id is hashed, never raw (redaction).
 MCP_SESSION_ID: Final = "mcp.session.id"

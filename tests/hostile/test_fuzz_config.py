@@ -459,8 +459,36 @@ ENV_VARIABLES = (
     ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE,
     ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET,
     ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S,
+    ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
+    ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET,
+    ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS,
     ev.OTEL_PYTHON_MCP_REPLAY_SERVERS,
     ev.OTEL_PYTHON_MCP_REPLAY_CONFIG,
+)
+# The store's URL may carry a credential (planted: never echoed); read, never connected to, here.
+store_var = st.one_of(
+    st.sampled_from(
+        [
+            "redis://127.0.0.1:6379/0",
+            f"redis://:{CANARY_INT}@127.0.0.1:6379",
+            f"rediss://user:{CANARY_INT}@cache.example:6380/3",
+        ]
+    ).map(lambda s: Drawn(s, True)),
+    planted_text.map(lambda s: Drawn(s, False)),
+    st.sampled_from(
+        [
+            f"http://:{CANARY_INT}@127.0.0.1:6379/0",
+            f"redis://:{CANARY_INT}@/0",
+            f"redis://:{CANARY_INT}@127.0.0.1:{CANARY_INT}/0",
+            f"redis://:{CANARY_INT}@127.0.0.1:6379/db{CANARY_INT}",
+            f"redis://:{CANARY_INT}@[::1/0",
+        ]
+    ).map(lambda s: Drawn(s, False)),
+)
+secret_var = st.one_of(
+    st.just(Drawn(f"shared-secret-{CANARY_INT}", True)),
+    st.just(Drawn(f"s{CANARY_INT}", False)),  # shorter than 16 bytes
+    st.just(Drawn("CANARY", False)),
 )
 
 
@@ -476,11 +504,18 @@ def environment(draw: st.DrawFn) -> tuple[dict[str, str], bool, ConfigFile | Non
         (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_ON_THROTTLE, bool_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_RETRY_BUDGET, budget_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, servers_var),
+        (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE, store_var),
+        (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET, secret_var),
+        (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS, _int_var(1)),
     ):
         if draw(st.integers(0, 2)) == 0:
             d = draw(strategy)
             environ[variable] = d.value
             valid = valid and d.valid
+    if ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in environ and (
+        ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET not in environ
+    ):
+        valid = False  # a store without its secret
     config: ConfigFile | None = None
     missing = False
     if draw(st.integers(0, 3)) == 0:

@@ -221,7 +221,7 @@ async def _tool_series(
         if (declaration.policy == "app-authorized" and not matched) or (
             entry is not None and entry.changes and not target.key_carried and rt.guard is not None
         ):
-            refusal = _refusal(rt, call, url, body, matched)
+            refusal = await _refusal(rt, call, url, body, matched)
             if refusal is not None:
                 repeat = isinstance(refusal, RepeatRefusedError)
                 call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
@@ -298,7 +298,9 @@ async def _tool_series(
     return response
 
 
-def _refusal(rt: Runtime, call: ToolCall, url: str, body: dict[str, Any], matched: bool) -> Exception | None:
+async def _refusal(
+    rt: Runtime, call: ToolCall, url: str, body: dict[str, Any], matched: bool
+) -> Exception | None:
     """Why this call, of a changing tool without its key or on a connection whose answers cannot be
     matched, must not be sent at all, if it must not."""
     if not matched:
@@ -307,7 +309,9 @@ def _refusal(rt: Runtime, call: ToolCall, url: str, body: dict[str, Any], matche
     params = body.get("params")
     arguments = params.get("arguments") if type(params) is dict else None
     call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, arguments)
-    if call.fingerprint is not None and rt.guard.refuses(call.fingerprint):
+    if call.fingerprint is not None and await rt.guard.refuses_shared(
+        call.fingerprint, repeat_confirmed=call.repeat_confirmed
+    ):
         return RepeatRefusedError(call.tool)
     return None
 

@@ -47,6 +47,8 @@ async def call_tool(
         app_call = None
     call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
+    if continues:  # the HTTP seam reads the call's own flag (1.x sends from another task)
+        call.repeat_confirmed = True
     after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
@@ -63,6 +65,8 @@ async def call_tool(
         if app_call is not None:
             app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
         seen = call.failed(exc)
+        if call.guard_armed is not None:
+            await _tell_store(rt, call)
         if after_mismatch and isinstance(seen, RepeatRefusedError):
             seen = RepeatRefusedError(name, sdk_resend=True)  # the app called once: say what happened
         if seen is None:
@@ -76,7 +80,18 @@ async def call_tool(
     if app_call is not None:
         app_call.mismatched = False
     call.completed(result)
+    if call.guard_armed is not None:
+        await _tell_store(rt, call)
     return result
+
+
+async def _tell_store(rt: Runtime, call: ToolCall) -> None:
+    """What the repeat guard remembered of this call, told to its shared store (if one is named),
+    within the store's bound: a call that may have run arms it for every process, a completed one
+    clears it."""
+    guard = rt.guard
+    if guard is not None and guard.shared is not None and call.fingerprint is not None:
+        await guard.settled_shared(call.fingerprint, may_have_run=call.guard_armed is True)
 
 
 async def client_call_tool(

@@ -1,0 +1,157 @@
+"""The repeat guard's shared store: Redis (or Valkey), through the `redis` client (extra `[redis]`).
+
+The rule: the store never hurts the host. It holds only keyed hashes under a prefix, each with the
+guard's window as its TTL (`SET key 1 EX s`, `EXISTS`, `DEL`); its URL (which may carry a
+credential) is never logged, recorded or echoed, and every error it raises is told by its kind
+alone. Each operation is bounded by the guard (guard.py); here a client's own socket timeouts are
+the same bound, so nothing it starts outlives it by much. Under asyncio the asyncio client runs on
+the caller's loop (one client per loop); under trio the sync client runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+import weakref
+from typing import Any, Final, Protocol
+
+import anyio.to_thread
+
+from otel_mcp_replay.declaration import type_error, value_error
+
+PREFIX: Final = "otel-mcp-replay:guard:"
+SCHEMES: Final = frozenset(("redis", "rediss"))
+
+
+class StoreCredentialRefused(Exception):
+    """The store refused the credential (a wrong password, none where one is required): a
+    configuration error, which no later call will undo."""
+
+
+class StoreTimeout(Exception):
+    """The store's client gave up waiting within the bound."""
+
+
+class GuardStore(Protocol):
+    """Where every process sharing the secret remembers the calls that may have run. Each method
+    may raise anything: the guard bounds, catches and falls back."""
+
+    async def arm(self, key: str, ttl_s: int) -> None: ...
+
+    async def is_armed(self, key: str) -> bool: ...
+
+    async def clear(self, key: str) -> None: ...
+
+
+def check_store_url(value: object, path: str) -> str | None:
+    """`value` as the store's URL: None (no store), or a `redis://`/`rediss://` URL naming a host,
+    with a valid port and database. A refusal names `path`, never the URL (it may hold a password)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        type_error(path, "must be a redis:// or rediss:// URL (a string)")
+    text = value.strip()
+    problem: str | None = None
+    try:
+        parts = urllib.parse.urlsplit(text)
+        host, _port = parts.hostname, parts.port  # the port raises ValueError unless a number in range
+    except ValueError:
+        problem = "is not a valid URL"
+    else:
+        database = parts.path.lstrip("/")
+        if parts.scheme.lower() not in SCHEMES:
+            problem = "must be a redis:// or rediss:// URL"
+        elif not host:
+            problem = "must name a host"
+        elif database and not (database.isascii() and database.isdigit()):
+            problem = "must name the database as a number (redis://host:port/0)"
+        elif any(c.isspace() or ord(c) < 0x20 for c in text):
+            problem = "must not hold blanks or control characters"
+    if problem is not None:  # outside the handler: no parser error (which may quote it) is chained
+        value_error(path, problem)
+    return text
+
+
+class RedisStore:
+    """The store on a Redis server; the client is imported here, when a store is configured."""
+
+    __slots__ = ("_async_clients", "_asyncio", "_sync_client", "_timeout_s", "_url", "errors", "operations")
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        import redis  # the extra: imported only when a store is configured
+        import redis.asyncio
+
+        self._url = url
+        self._timeout_s = timeout_s
+        self._asyncio = redis.asyncio
+        self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sync_client: Any = None
+        self.errors = redis.exceptions
+        self.operations = 0  # store operations begun: what the calls that touch the store cost
+
+    def _client_options(self, retry: Any) -> dict[str, Any]:
+        # One retry, at once, on a fresh connection: a pooled connection the server dropped (it
+        # restarted) fails once; the guard's bound still caps the whole operation.
+        return {
+            "socket_timeout": self._timeout_s,
+            "socket_connect_timeout": self._timeout_s,
+            "retry": retry,
+            "health_check_interval": 0,
+        }
+
+    def _async_client(self, loop: asyncio.AbstractEventLoop) -> Any:
+        client = self._async_clients.get(loop)
+        if client is None:
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            client = self._asyncio.Redis.from_url(self._url, **self._client_options(Retry(NoBackoff(), 1)))
+            self._async_clients[loop] = client
+        return client
+
+    def _sync(self) -> Any:
+        if self._sync_client is None:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            self._sync_client = redis.Redis.from_url(self._url, **self._client_options(Retry(NoBackoff(), 1)))
+        return self._sync_client
+
+    async def _execute(self, command: str, *args: object) -> Any:
+        self.operations += 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): the sync client, in a worker thread
+            client = self._sync()
+            return await anyio.to_thread.run_sync(
+                lambda: client.execute_command(command, *args), abandon_on_cancel=True
+            )
+        return await self._async_client(loop).execute_command(command, *args)
+
+    async def _command(self, command: str, *args: object) -> Any:
+        """Its reply; a refused credential or a client timeout raised as the guard tells them."""
+        try:
+            return await self._execute(command, *args)
+        except self.errors.AuthenticationError:
+            raise StoreCredentialRefused from None
+        except self.errors.ResponseError as exc:
+            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+                raise StoreCredentialRefused from None
+            raise
+        except self.errors.TimeoutError:
+            raise StoreTimeout from None
+
+    async def arm(self, key: str, ttl_s: int) -> None:
+        await self._command("SET", PREFIX + key, 1, "EX", ttl_s)
+
+    async def is_armed(self, key: str) -> bool:
+        return bool(await self._command("EXISTS", PREFIX + key))
+
+    async def clear(self, key: str) -> None:
+        await self._command("DEL", PREFIX + key)
+
+    def __repr__(self) -> str:  # never the URL: it may carry a credential
+        return "RedisStore(<url withheld>)"

@@ -1,0 +1,535 @@
+"""The repeat guard across processes and restarts: a shared store on a real Redis server.
+
+Two agent processes (harness/guard_agent.py, configured by the environment alone) call one real
+MCP server whose `charge` is cut after it ran; the server counts executions, Redis counts the
+commands it ran. A store that stops answering leaves each call to the agent's own guard, told once;
+a store refusing the credential, a bad URL or a missing secret is an ERROR naming the variable,
+never its value, and the app runs. Redis is started here (scripts/redis-server installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import Telemetry
+from harness.client import Client
+from harness.faults import DropAfterExecution
+from harness.guard_agent import call_once
+from harness.redis_server import RedisServer, redis_binary
+from harness.server import ServerHandle, running_server
+from otel_mcp_replay import environment_variables as ev
+from otel_mcp_replay import repeat_confirmed
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.guard_store import PREFIX
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "the agents' shared secret, 32 bytes+"
+PASSWORD = "hunter2-redis-password"
+ORDER = {"amount": 7}
+_ANSWER_TIMEOUT_S = 60.0  # a hang guard only
+# The bound on each store operation where the test needs every one to answer: generous, so a loaded
+# machine's slow first connection is not read as an outage (the default, 50 ms, is the benchmark's).
+ANSWERING_BOUND_MS = 2000
+# Where the test stops the store: each operation runs into it while the store is paused.
+OUTAGE_BOUND_MS = 400
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _need_redis() -> None:
+    if redis_binary() is None:
+        message = "redis-server is not installed: run scripts/redis-server (./scripts/test does)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)  # in CI the project's own scripts must have installed it
+        pytest.skip(message)
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    _need_redis()
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_with_password() -> Iterator[RedisServer]:
+    _need_redis()
+    with RedisServer(password=PASSWORD) as server:
+        yield server
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[ServerHandle]:
+    with running_server("streamable") as handle:
+        yield handle
+
+
+def declared(server: ServerHandle) -> dict[str, Any]:
+    tools = {"charge": {"changes": True, "on": ["network"]}, "search": {"on": ["network"]}}
+    return {
+        server.url: {
+            "policy": "app-authorized",
+            "tools": tools,
+            "deduplicates": {"argument": "idempotency_key"},
+        }
+    }
+
+
+class Agent:
+    """One agent process: its calls made on command, what it exported read back."""
+
+    def __init__(self, server: ServerHandle, store_url: str, backend: str, log: Path, **extra: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update(
+            {
+                "PYTHONPATH": str(ROOT),
+                ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: json.dumps(declared(server)),
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE: store_url,
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET: SECRET,
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS: str(ANSWERING_BOUND_MS),
+                **extra,
+            }
+        )
+        self.log = log
+        self._stderr = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "harness.guard_agent", server.url, backend],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self._answer() == {"ready": True}
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put("")
+
+    def _answer(self) -> dict[str, Any]:
+        line = self._lines.get(timeout=_ANSWER_TIMEOUT_S)
+        assert line, f"the agent exited: {self.log.read_text()}"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def call(self, arguments: dict[str, Any], *, tool: str = "charge", confirmed: bool = False) -> str:
+        outcome: str = self._ask(
+            {"op": "call", "tool": tool, "arguments": arguments, "confirmed": confirmed}
+        )["outcome"]
+        return outcome
+
+    def report(self) -> dict[str, Any]:
+        return self._ask({"op": "report"})
+
+    def fallbacks(self) -> dict[tuple[str, str], int]:
+        """The fallback metric: (operation, failure) -> count."""
+        return {
+            (attrs[t.GUARD_STORE_OPERATION], attrs[t.GUARD_STORE_FAILURE]): value
+            for attrs, value in self.report()["fallbacks"]
+        }
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        self._stderr.close()
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
+    """agent(server, store_url, backend, **env): an agent process, stopped after the test."""
+    made: list[Agent] = []
+
+    def agent(server: ServerHandle, store_url: str, backend: str, **extra: str) -> Agent:
+        made.append(Agent(server, store_url, backend, tmp_path / f"agent-{len(made)}.log", **extra))
+        return made[-1]
+
+    yield agent
+    for one in made:
+        one.stop()
+
+
+def guard_keys(redis: RedisServer) -> int:
+    return redis.count("DBSIZE")
+
+
+def store_commands(redis: RedisServer) -> dict[str, int]:
+    """The commands Redis ran since CONFIG RESETSTAT, but the test's own."""
+    return {name: n for name, n in redis.command_calls().items() if name not in ("config|resetstat", "info")}
+
+
+# -- two processes, one guard ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend_a", "backend_b"), [("asyncio", "asyncio"), ("trio", "trio"), ("asyncio", "trio")]
+)
+def test_a_call_cut_in_one_process_is_refused_in_another_and_after_a_restart_until_one_completes(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent], backend_a: str, backend_b: str
+) -> None:
+    a = agents(mcp_server, redis.url, backend_a)
+    b = agents(mcp_server, redis.url, backend_b)
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(ORDER) == "UnknownEffectError"
+    assert mcp_server.counters.executions("charge") == 1
+    (key,) = redis.keys()  # one keyed hash, under the prefix, with the window as its TTL
+    digest = key.removeprefix(PREFIX)
+    assert key.startswith(PREFIX) and len(digest) == 64 and int(digest, 16) >= 0  # a SHA-256, in hex
+    assert redis.command("GET", key) == b"1"  # nothing of the call's arguments is stored
+    assert 590 <= redis.count("TTL", key) <= 600
+    assert b.call(dict(ORDER)) == "RepeatRefusedError"  # B never saw A's call
+    assert mcp_server.counters.executions("charge") == 1
+    assert mcp_server.counters.tool_posts("charge") == 1  # the refusal sent nothing
+
+    a.stop()  # the process restarted within the window
+    a = agents(mcp_server, redis.url, backend_a)
+    assert a.call(ORDER) == "RepeatRefusedError"
+    assert mcp_server.counters.executions("charge") == 1
+
+    assert b.call(ORDER, confirmed=True) == "completed"  # B checked, and repeats on purpose
+    assert mcp_server.counters.executions("charge") == 2
+    assert guard_keys(redis) == 0  # the completed call cleared it for every process
+    assert a.call(ORDER) == "completed"
+    assert mcp_server.counters.executions("charge") == 3
+    assert a.fallbacks() == {} and b.fallbacks() == {}  # every store operation answered in time
+
+
+def test_the_window_expires_by_the_stored_ttl(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent]
+) -> None:
+    window = {ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S: "1"}
+    a = agents(mcp_server, redis.url, "asyncio", **window)
+    b = agents(mcp_server, redis.url, "trio", **window)
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(ORDER) == "UnknownEffectError"
+    assert b.call(ORDER) == "RepeatRefusedError"
+    for _ in range(200):  # Redis expires the key by its TTL; the loop only bounds the wait
+        if guard_keys(redis) == 0:
+            break
+        time.sleep(0.05)
+    assert guard_keys(redis) == 0
+    assert b.call(ORDER) == "completed"
+    assert mcp_server.counters.executions("charge") == 2
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_shared_again(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent], backend: str
+) -> None:
+    bound = {ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS: str(OUTAGE_BOUND_MS)}
+    a = agents(mcp_server, redis.url, backend, **bound)
+    b = agents(mcp_server, redis.url, backend, **bound)
+    x, y, z, w, v = ({"amount": n} for n in (1, 2, 3, 4, 5))
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(x) == "UnknownEffectError"  # armed in the store
+
+    redis.pause()  # accepts connections, answers nothing: every operation runs into its bound
+    assert a.call(x) == "RepeatRefusedError"  # this process's own memory
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(y) == "UnknownEffectError"
+    assert a.call(y) == "RepeatRefusedError"
+    assert a.call(z) == "completed"  # calls go on
+    assert mcp_server.counters.executions("charge") == 3
+    assert a.fallbacks() == {("check", "timeout"): 4, ("arm", "timeout"): 1, ("clear", "timeout"): 1}
+
+    redis.resume()
+    assert b.call(x) == "RepeatRefusedError"  # shared again: B learns of A's call from the store
+    assert a.call(y) == "RepeatRefusedError"  # armed here while the store was paused: still refused,
+    assert b.call(y) == "RepeatRefusedError"  # and now shared
+
+    redis.stop()  # refuses connections
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(w) == "UnknownEffectError"
+    assert a.call(w) == "RepeatRefusedError"
+    fallbacks = a.fallbacks()
+    assert fallbacks[("arm", "error")] == 1 and fallbacks[("check", "error")] == 2
+
+    redis.start()  # back, on the same port (empty: it persists nothing)
+    assert a.call(w) == "RepeatRefusedError"  # armed while it was down: still refused, and shared
+    assert b.call(w) == "RepeatRefusedError"
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert a.call(v) == "UnknownEffectError"
+    assert b.call(v) == "RepeatRefusedError"  # shared again
+    assert mcp_server.counters.executions("charge") == 5
+
+    report = a.report()
+    warnings = [message for level, message in report["logs"] if level == "WARNING"]
+    assert len(warnings) == 1, warnings  # said once, however many calls fell back
+    assert ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in warnings[0]
+    assert str(redis.port) not in a.log.read_text() + json.dumps(report)  # nor the URL
+    assert b.fallbacks() == {}
+
+
+# -- what touches the store ----------------------------------------------------------------------
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.anyio
+async def test_only_a_call_the_guard_could_refuse_touches_the_store(
+    server: ServerHandle, redis: RedisServer, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(
+        servers=declared(server),
+        repeat_guard_store=redis.url,
+        repeat_guard_secret=SECRET,
+        repeat_guard_store_timeout_ms=ANSWERING_BOUND_MS,
+    )
+    redis.command("CONFIG", "RESETSTAT")
+    async with Client(server.url) as client:
+        with anyio.fail_after(20):
+            await client.call_tool("search", {"query": "q"})  # not declared changing
+            await client.call_tool("charge", {"amount": 1, "idempotency_key": "k-1"})  # carries its key
+            with repeat_confirmed():
+                await client.call_tool("search", {"query": "r"})
+    assert server.counters.executions() == 3
+    touched = store_commands(redis)
+    assert touched == {}, touched  # nothing of these calls reached the store
+
+    redis.command("CONFIG", "RESETSTAT")
+    async with Client(server.url) as client:
+        with anyio.fail_after(20):
+            await client.call_tool("charge", {"amount": 2})  # changing, without its key
+    touched = store_commands(redis)
+    assert touched.pop("exists") == 1 and touched.pop("del") == 1
+    assert set(touched) <= {"hello", "client|setinfo", "client|setname", "select"}  # a connection's set-up
+
+    server.faults.add("charge", DropAfterExecution())
+    assert await call_once(server.url, "charge", {"amount": 3}) == "UnknownEffectError"
+    assert await call_once(server.url, "charge", {"amount": 3}) == "RepeatRefusedError"
+    assert redis.command_calls()["set"] == 1 and guard_keys(redis) == 1
+    assert t.METRIC_GUARD_STORE_FALLBACKS not in telemetry.metrics() or all(
+        value == 0 for _, value in telemetry.metrics()[t.METRIC_GUARD_STORE_FALLBACKS]
+    )
+
+
+# -- configuration errors ----------------------------------------------------------------------
+
+
+def plugin_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The plugin's ERROR records (mcp 1.x's server and client log errors of their own)."""
+    return [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "otel_mcp_replay"
+    ]
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(f"{r.levelname} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+
+
+def _exported(telemetry: Telemetry) -> str:
+    return json.dumps(
+        [
+            [
+                span.name,
+                dict(span.attributes or {}),
+                [[e.name, dict(e.attributes or {})] for e in span.events],
+            ]
+            for span in telemetry.spans()
+        ],
+        default=repr,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_store_without_its_secret_is_an_error_and_the_guard_stays_in_process(
+    server: ServerHandle,
+    redis_with_password: RedisServer,
+    telemetry: Telemetry,
+    instrument: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE, redis_with_password.url)
+    monkeypatch.delenv(ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET, raising=False)
+    with caplog.at_level(logging.ERROR, "otel_mcp_replay"):
+        instrumentor = instrument(servers=declared(server))
+    errors = plugin_errors(caplog)
+    assert len(errors) == 1 and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET in errors[0]
+    guard = instrumentor.runtime.guard
+    assert guard is not None and guard.shared is None  # in-process
+    server.faults.add("charge", DropAfterExecution())
+    assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+    assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"
+    assert server.counters.executions("charge") == 1
+    assert guard_keys(redis_with_password) == 0  # the store was never used
+    assert PASSWORD not in _logged(caplog) + _exported(telemetry)
+
+
+BAD_URLS = [
+    pytest.param(f"http://user:{PASSWORD}@127.0.0.1:6379/0", id="not-redis"),
+    pytest.param(f"redis://:{PASSWORD}@/0", id="no-host"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:99999/0", id="bad-port"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/db{PASSWORD}", id="bad-database"),
+    pytest.param(f"redis://:{PASSWORD}@[::1/0", id="unparsable"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/0\n{PASSWORD}", id="control-character"),
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_bad_store_url_is_an_error_naming_the_variable_never_the_url(
+    url: str, instrument: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE, url)
+    monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET, SECRET)
+    with caplog.at_level(logging.ERROR, "otel_mcp_replay"):
+        instrumentor = instrument()  # the app runs
+    errors = plugin_errors(caplog)
+    assert len(errors) == 1 and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]
+    assert PASSWORD not in _logged(caplog) and SECRET not in _logged(caplog)
+    assert instrumentor.runtime.fail_closed
+    guard = instrumentor.runtime.guard
+    assert guard is not None and guard.shared is None
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_bad_store_keyword_raises_naming_the_field_never_the_url(url: str, instrument: Any) -> None:
+    with pytest.raises(ValueError) as raised:
+        instrument(repeat_guard_store=url, repeat_guard_secret=SECRET)
+    assert "repeat_guard_store" in str(raised.value) and PASSWORD not in str(raised.value)
+
+
+def test_the_secret_keyword_is_required_with_a_store_and_checked(instrument: Any) -> None:
+    redis_url = "redis://h/0"
+    with pytest.raises(ValueError, match="repeat_guard_secret") as missing:
+        instrument(repeat_guard_store=redis_url)
+    with pytest.raises(ValueError, match="repeat_guard_secret") as short:
+        instrument(repeat_guard_store=redis_url, repeat_guard_secret="short-secret")
+    assert "short-secret" not in str(short.value) + str(missing.value)
+    with pytest.raises(ValueError, match="repeat_guard_store_timeout_ms"):
+        instrument(repeat_guard_store=redis_url, repeat_guard_secret=SECRET, repeat_guard_store_timeout_ms=0)
+
+
+@pytest.mark.anyio
+async def test_a_wrong_password_is_an_error_naming_the_variable_and_the_guard_stays_in_process(
+    server: ServerHandle,
+    redis_with_password: RedisServer,
+    telemetry: Telemetry,
+    instrument: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wrong = "not-the-password-at-all"
+    url = redis_with_password.url.replace(PASSWORD, wrong)
+    with caplog.at_level(logging.WARNING, "otel_mcp_replay"):
+        instrumentor = instrument(
+            servers=declared(server),
+            repeat_guard_store=url,
+            repeat_guard_secret=SECRET,
+            repeat_guard_store_timeout_ms=ANSWERING_BOUND_MS,
+        )
+        server.faults.add("charge", DropAfterExecution())
+        assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+        assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"  # its own guard
+        assert await call_once(server.url, "search", {"query": "q"}) == "completed"
+    assert server.counters.executions("charge") == 1
+    errors = plugin_errors(caplog)
+    assert len(errors) == 1 and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]
+    store = instrumentor.runtime.guard.shared.store
+    assert store.operations == 1  # refused once, then never asked again
+    fallbacks = telemetry.metrics()[t.METRIC_GUARD_STORE_FALLBACKS]
+    assert sum(value for attrs, value in fallbacks if attrs[t.GUARD_STORE_FAILURE] == "credential") == 3
+    told = _logged(caplog) + _exported(telemetry)
+    assert wrong not in told and PASSWORD not in told
+
+
+@pytest.mark.anyio
+async def test_the_credential_in_the_url_is_never_logged_or_recorded(
+    server: ServerHandle,
+    redis_with_password: RedisServer,
+    telemetry: Telemetry,
+    instrument: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        instrument(
+            servers=declared(server),
+            repeat_guard_store=redis_with_password.url,
+            repeat_guard_secret=SECRET,
+            repeat_guard_store_timeout_ms=OUTAGE_BOUND_MS,
+        )
+        server.faults.add("charge", DropAfterExecution())
+        assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+        assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"
+        redis_with_password.pause()
+        try:  # fell back: told at WARNING
+            assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"
+        finally:
+            redis_with_password.resume()
+    assert guard_keys(redis_with_password) == 1  # the store was used, with the credential
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in r.getMessage()
+    ]
+    assert len(warnings) == 1  # the store's fallback, said once
+    told = _logged(caplog) + _exported(telemetry)
+    assert telemetry.spans() and PASSWORD not in told and SECRET not in told
+
+
+def test_the_store_url_and_the_secret_are_never_in_a_repr(redis_with_password: RedisServer) -> None:
+    from otel_mcp_replay.guard_store import RedisStore
+    from otel_mcp_replay.settings import Settings
+
+    settings = Settings(repeat_guard_store=redis_with_password.url, repeat_guard_secret=SECRET)
+    assert settings.repeat_guard_store == redis_with_password.url  # held, as given
+    shown = repr(settings) + repr(RedisStore(redis_with_password.url, 0.05))
+    assert PASSWORD not in shown and SECRET not in shown and str(redis_with_password.port) not in shown
+
+
+@pytest.mark.anyio
+async def test_without_the_redis_client_the_store_is_an_error_and_the_guard_stays_in_process(
+    server: ServerHandle,
+    redis: RedisServer,
+    instrument: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # `import redis` raises ImportError
+    with caplog.at_level(logging.ERROR, "otel_mcp_replay"):
+        instrumentor = instrument(
+            servers=declared(server), repeat_guard_store=redis.url, repeat_guard_secret=SECRET
+        )
+    errors = plugin_errors(caplog)
+    assert (
+        len(errors) == 1
+        and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]
+        and "[redis]" in errors[0]
+    )
+    guard = instrumentor.runtime.guard
+    assert guard is not None and guard.shared is None
+    server.faults.add("charge", DropAfterExecution())
+    assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+    assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"  # in-process
+    assert server.counters.executions("charge") == 1 and guard_keys(redis) == 0
