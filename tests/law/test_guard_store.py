@@ -35,7 +35,7 @@ from otel_mcp_replay import repeat_confirmed
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.guard_store import PREFIX
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "the agents' shared secret, 32 bytes+"
 PASSWORD = "hunter2-redis-password"
 ORDER = {"amount": 7}
