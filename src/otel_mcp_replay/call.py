@@ -25,6 +25,7 @@ from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.law import (
     NO_RESPONSE,
+    NOT_SENT,
     Answer,
     Outcome,
     Permission,
@@ -32,6 +33,7 @@ from otel_mcp_replay.law import (
     SeriesKnowledge,
     classify,
 )
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
 from otel_mcp_replay.runtime import PROCESS, Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason
@@ -60,7 +62,9 @@ class Attempt:
         "repeated",
         "span",
         "state",
+        "stream_cut",
         "wait_ms",
+        "wire",
     )
 
     def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
@@ -76,6 +80,8 @@ class Attempt:
         self._answer_seen: anyio.Event | None = None  # made only by answer_within
         self.hop_status = 0  # the redirect the client is following, while REDIRECTED
         self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
+        self.wire = 0  # times its request was handed to the connection (patches/http_send.py)
+        self.stream_cut = False  # its answer's stream was cut, not ended
 
     # -- transitions --
 
@@ -107,8 +113,7 @@ class Attempt:
             facts.no_answer()
         if outcome.answered:
             facts.answered()
-        if error is not None:
-            self.call.final_error = error
+        self.call.final_error = error  # the final error is the latest attempt's (None: a response)
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
         """EXCHANGED -> DONE, or -> AWAITING when the answer is still to come on a stream."""
@@ -141,6 +146,7 @@ class Attempt:
         stream where the answer still comes, so it stays AWAITING until the call ends (abandon)."""
         if self.state == "awaiting" and error is not None:
             self.call.final_error = error
+            self.stream_cut = True
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
@@ -148,13 +154,15 @@ class Attempt:
             self.state = "sending"
             self.exchanged(classify(self.hop_status, None))
             self.decided(0, None)
-        elif self.state == "sending":  # a cancel or a read timeout mid-exchange: sent, no answer
-            self.exchanged(NO_RESPONSE)
-            self.decided(0, "budget")
+        elif self.state == "sending":  # a cancel or a read timeout mid-exchange
+            self.exchanged(NO_RESPONSE if self.wire else NOT_SENT)  # sent, no answer; or never sent
+            self.decided(0, "budget" if self.wire else None)
         elif self.state == "exchanged":
             self.decided(0, "budget")
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
-            self.outcome = self.outcome.after_stream(None)
+            self.outcome = self.outcome.after_stream(None, cut=self.stream_cut)
+            if self.outcome.failure == "error" and self.declined is None:
+                self.declined = "not-retryable"  # a response without its answer: the law's `error`
             self._done()
 
     def _done(self) -> None:
@@ -271,9 +279,11 @@ class ToolCall:
         else:
             self.facts.answered()
 
-    def stream_ended(self) -> None:
-        """The connection's own stream (SSE) ended before this call's answer came: it never will."""
+    def stream_ended(self, cut: bool) -> None:
+        """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
+        it never will."""
         if self.attempt is not None:
+            self.attempt.stream_cut = cut
             self.attempt.abandon()
 
     # -- giving up --
@@ -345,7 +355,8 @@ class ToolCall:
         `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
-        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        # The caller's own: its cancellation, or the SDK's error for its read timeout.
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc)
         stopped = self.stopped_with
         if stopped is not None and not self.rows:  # refused before anything was sent
             self._file("failed", False)

@@ -39,6 +39,7 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     )
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
+        (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
