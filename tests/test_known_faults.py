@@ -22,13 +22,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import Telemetry, attempt_spans, leaves, records, the_record
-from harness.client import Client, McpError, http, is_error
+from harness.client import Client, McpError, http, is_error, types
 from harness.faults import (
     DropAfterExecution,
     JsonRpcError,
     SseWithoutAnswer,
     StallThenPass,
     Status,
+    Throttle,
     retryable_conflict,
 )
 from harness.sdk import LINE
@@ -254,3 +255,87 @@ async def test_the_adapters_refusal_of_a_protocol_request_is_repeated_within_the
         async with Client(server.url, mode="legacy") as client:
             await client.list_tools()
     assert [p.method for p in server.counters.post_log()].count("initialize") == 2
+
+
+# -- 6. every client path that sends a tools/call gets the whole law --
+
+
+def _call_tool_request(tool: str, arguments: dict[str, Any]) -> Any:
+    request: Any = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
+    return types.ClientRequest(request) if LINE == 1 else request  # 1.x takes the ClientRequest union
+
+
+async def test_a_tools_call_sent_by_send_request_gets_the_span_the_record_and_the_guard(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """`session.send_request(CallToolRequest(...))`, past call_tool: the same call, the same law."""
+    instrument(servers=declare(server, STRICT, {"send_email": {"changes": True, "on": ["network"]}}))
+    server.faults.add("send_email", DropAfterExecution())
+    async with Client(server.url, mode="legacy") as client:
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+            await client.session.send_request(_call_tool_request("send_email", EMAIL), types.CallToolResult)
+        with anyio.fail_after(10), pytest.raises(RepeatRefusedError):
+            await client.session.send_request(
+                _call_tool_request("send_email", dict(EMAIL)), types.CallToolResult
+            )
+        result = await client.session.send_request(
+            _call_tool_request("send_email", {**EMAIL, "body": "other"}), types.CallToolResult
+        )
+        assert not is_error(result)
+    assert server.counters.executions("send_email") == 2  # the cut one (never repeated) and the other
+    assert server.counters.tool_posts("send_email") == 2
+    cut, refused, other = records(telemetry)
+    assert (cut[t.SENT], cut[t.EFFECT], cut[t.MAY_HAVE_RUN]) == (1, "unknown", True)
+    assert (refused[t.SENT], refused[t.EFFECT], refused[t.VERDICT]) == (0, "none", "failed")
+    assert (other[t.SENT], other[t.VERDICT]) == (1, "completed")
+    assert len(attempt_spans(telemetry, cut[t.JSONRPC_REQUEST_ID])) == 1
+
+
+async def test_a_tools_call_of_a_client_session_group_gets_the_whole_law(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    from mcp.client.session_group import ClientSessionGroup, StreamableHttpParameters
+
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle("0"), DropAfterExecution())
+    async with ClientSessionGroup() as group:
+        await group.connect_to_server(StreamableHttpParameters(url=server.url))
+        with anyio.fail_after(10), pytest.raises(UnknownEffectError):
+            await group.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.ATTEMPTS_STATUS] == (429, 0)
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")
+    assert record[t.SENT] == 2 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+    assert server.counters.executions("search") == 1
+
+
+class ChallengedOnce(http.Auth):  # type: ignore[misc,name-defined]
+    """A token the server refuses once (401): the flow refreshes it and sends the request again."""
+
+    def auth_flow(self, request: Any) -> Generator[Any, Any, None]:
+        request.headers["Authorization"] = "Bearer stale"
+        response = yield request
+        if response.status_code == 401:
+            request.headers["Authorization"] = "Bearer fresh"
+            yield request
+
+
+async def test_an_auth_flows_own_resend_after_a_401_is_an_attempt_of_the_record(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """What reached the wire is what the record counts."""
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    server.faults.add("search", Status(401, body=b"token expired"))
+    async with session_with(server.url, create_mcp_http_client(auth=ChallengedOnce())) as session:
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "q"}))
+    record = the_record(telemetry)
+    assert record[t.SENT] == 2 == server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+    assert record[t.ATTEMPTS_STATUS] == (401, 200)
+    assert record[t.ATTEMPTS_FAILURE] == ("error", "")
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")  # a 401 is not proof nothing ran
+    assert record[t.ATTEMPTS_PERMISSION] == ("first", "app")  # the app's own HTTP client sent it again
+    assert record[t.EFFECT] == "unknown"
+    spans = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])
+    assert [(s.attributes or {})[t.ATTEMPT] for s in spans] == [1, 2]
+    assert server.counters.executions("search") == 1

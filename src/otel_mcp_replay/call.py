@@ -57,6 +57,7 @@ class Attempt:
         "early",
         "ended_ns",
         "hop_status",
+        "last_hop",
         "outcome",
         "permission",
         "repeated",
@@ -81,6 +82,7 @@ class Attempt:
         self.hop_status = 0  # the redirect the client is following, while REDIRECTED
         self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
         self.wire = 0  # times its request was handed to the connection (patches/http_send.py)
+        self.last_hop = 0  # the status of the latest response to it there (0: none yet)
         self.stream_cut = False  # its answer's stream was cut, not ended
 
     # -- transitions --
@@ -100,6 +102,23 @@ class Attempt:
         hop continues this attempt (ToolCall.opened)."""
         if self.state == "sending":
             self.state, self.hop_status = "redirected", status
+
+    def resent_by_client(self, status: int) -> None:
+        """SENDING: the HTTP client sent this attempt's request again of itself (its auth flow, after
+        a 401): the response it had is an attempt of its own, filed as one, and this attempt goes on
+        as the next, sent by the app's own client (permission `app`, on what that response was)."""
+        if self.state != "sending":
+            return
+        # A 2xx handed back to the flow never reaches the SDK: a response without its answer.
+        outcome = classify(status, None) if not 200 <= status < 300 else Outcome(status, "error", "unknown")
+        self.exchanged(outcome)
+        self.decided(0, None)  # repeated, by the client: not declined
+        call = self.call
+        self.permission = Permission("app", outcome.failure or "error")
+        self.span = call._attempt_span(self.permission)
+        self.state, self.outcome, self.ended_ns, self.wait_ms = "sending", NO_RESPONSE, 0, 0
+        self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
+        call.attempt = self
 
     def exchanged(self, outcome: Outcome, error: BaseException | None = None) -> None:
         """SENDING -> EXCHANGED: the HTTP exchange ended (before any wait)."""
@@ -247,6 +266,11 @@ class ToolCall:
         if permission is None and attempt is not None and attempt.state == "redirected":
             attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
             return attempt
+        self.attempt = Attempt(self, permission, self._attempt_span(permission))
+        return self.attempt
+
+    def _attempt_span(self, permission: Permission | None) -> Span:
+        """The span of the call's next attempt, begun now."""
         self.attempts += 1
         number = self.attempts  # a redirect's follow-up continues the numbering
         attributes: dict[str, str | int] = {
@@ -263,9 +287,7 @@ class ToolCall:
             if permission.assumes is not None:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
         name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
-        span = self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
-        self.attempt = Attempt(self, permission, span)
-        return self.attempt
+        return self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
 
     def attempt_context(self) -> Context | None:
         """The context that makes the open attempt's span the parent of the HTTP client's span."""

@@ -389,12 +389,18 @@ async def reached_connection(
     re-send). An attempt's request that passes here reached the connection, or tried to: a connection
     never made is told by its error (`HttpClient.not_sent`)."""
     exchanging = _EXCHANGING.get()
-    if exchanging is not None:
-        attempt, request = exchanging
-        going = args[0] if args else kwargs.get("request")
-        if going is request or _same_message(going, request):
-            attempt.wire += 1
-    return await wrapped(*args, **kwargs)
+    if exchanging is None:
+        return await wrapped(*args, **kwargs)
+    attempt, request = exchanging
+    going = args[0] if args else kwargs.get("request")
+    if going is not request and not _same_message(going, request):
+        return await wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
+    if attempt.last_hop and not 300 <= attempt.last_hop < 400:  # not a redirect's next hop: a re-send
+        attempt.resent_by_client(attempt.last_hop)
+    attempt.wire += 1
+    response = await wrapped(*args, **kwargs)
+    attempt.last_hop = int(response.status_code)
+    return response
 
 
 def _same_message(going: Any, request: Any) -> bool:

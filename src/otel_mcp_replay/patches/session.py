@@ -1,4 +1,5 @@
-"""The seam where a tool call begins and ends: `ClientSession.call_tool`.
+"""The seam where a tool call begins and ends: `ClientSession.call_tool`, or `send_request` of a
+tools/call sent past it.
 
 It begins the call (its span, current in the context the SDK carries into the task that POSTs the
 request), and when the call ends has it settled and filed. Under the app-authorized policy a
@@ -17,6 +18,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
 async def call_tool(
@@ -29,6 +31,44 @@ async def call_tool(
     name = args[0] if args else kwargs.get("name")
     if type(name) is not str or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
+    return await _governed(rt, name, wrapped, instance, args, kwargs)
+
+
+async def send_request(
+    rt: Runtime,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
+    sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are:
+    its span, its record, the law, the repeat guard. Inside call_tool it is that call's own request."""
+    name = tool_of(args[0] if args else kwargs.get("request"))
+    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    return await _governed(rt, name, wrapped, instance, args, kwargs)
+
+
+def tool_of(request: object) -> str | None:
+    """The tool a request object calls, if it is a tools/call that names one (1.x wraps each
+    request in the ClientRequest union: its `root`)."""
+    request = getattr(request, "root", request)
+    if getattr(request, "method", None) != TOOLS_CALL_METHOD:
+        return None
+    name = getattr(getattr(request, "params", None), "name", None)
+    return name if type(name) is str else None
+
+
+async def _governed(
+    rt: Runtime,
+    name: str,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The SDK's call of tool `name`, as one ToolCall: begun here, settled and filed when it ends."""
     call = ToolCall(rt, name, instance)
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(call.context)
