@@ -24,6 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from conftest import Telemetry, attempt_spans, leaves, records, the_record
 from harness.client import Client, McpError, http, is_error, types
 from harness.faults import (
+    ClaimedResult,
     DropAfterExecution,
     JsonRpcError,
     SseWithoutAnswer,
@@ -105,17 +106,40 @@ class RefreshFailsOnce(http.Auth):  # type: ignore[misc,name-defined]
     """A bearer token whose refresh fails once, for the first tools/call: the flow raises before the
     request leaves, as an OAuth client's does when its token endpoint is down."""
 
-    def __init__(self) -> None:
-        self.failing = True
-        self.flows = 0
+    def __init__(self, failing: bool = True) -> None:
+        self.failing = failing
 
     def auth_flow(self, request: Any) -> Generator[Any, Any, None]:
         if b'"tools/call"' in request.content and self.failing:
             self.failing = False
             raise RuntimeError("token refresh failed")
-        self.flows += 1
         request.headers["Authorization"] = "Bearer t0ken"
         yield request
+
+
+def _with_failing_auth() -> Any:
+    return create_mcp_http_client(auth=RefreshFailsOnce())
+
+
+def _with_failing_event_hook() -> Any:
+    """A request event hook (a signer, a header check) that raises once, for the first tools/call:
+    the client calls it before the request reaches its transport."""
+    failing = [True]
+
+    async def sign(request: Any) -> None:
+        if b'"tools/call"' in request.content and failing[0]:
+            failing[0] = False
+            raise RuntimeError("request signing failed")
+
+    client = create_mcp_http_client()
+    client.event_hooks["request"].append(sign)
+    return client
+
+
+NEVER_SENT = [
+    pytest.param(_with_failing_auth, "token refresh failed", id="auth-flow"),
+    pytest.param(_with_failing_event_hook, "request signing failed", id="event-hook"),
+]
 
 
 @asynccontextmanager
@@ -129,11 +153,11 @@ async def session_with(url: str, client: Any) -> AsyncIterator[ClientSession]:
         yield session
 
 
-async def _first_email_with_failing_auth(url: str) -> str:
-    """What the caller sees when the auth flow of the first tools/call raises: `Type: message` of
-    the error, whether the call raised it or its session's teardown did."""
+async def _first_email_with(url: str, failing_client: Any) -> str:
+    """What the caller sees when the client raises before the first tools/call leaves: `Type:
+    message` of the error, whether the call raised it or its session's teardown did."""
     try:
-        async with session_with(url, create_mcp_http_client(auth=RefreshFailsOnce())) as session:
+        async with session_with(url, failing_client()) as session:
             with anyio.fail_after(10):
                 await session.call_tool("send_email", EMAIL)
     except BaseExceptionGroup as group:
@@ -146,24 +170,25 @@ async def _first_email_with_failing_auth(url: str) -> str:
 
 
 @pytest.mark.parametrize("policy", [STRICT, COMPAT])
-async def test_a_request_its_auth_flow_never_let_leave_is_filed_none_and_arms_nothing(
-    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str
+@pytest.mark.parametrize(("failing_client", "why"), NEVER_SENT)
+async def test_a_request_its_client_never_let_leave_is_filed_none_and_arms_nothing(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, policy: str, failing_client: Any, why: str
 ) -> None:
-    plain = await _first_email_with_failing_auth(server.url)
+    plain = await _first_email_with(server.url, failing_client)
     tools = {"send_email": {"changes": True, "on": ["network"]}}
     instrument(servers=declare(server, policy, tools))
-    seen = await _first_email_with_failing_auth(server.url)
+    seen = await _first_email_with(server.url, failing_client)
     assert seen == plain  # what the SDK alone shows, never UnknownEffectError
-    assert "UnknownEffectError" not in seen and "token refresh failed" in seen
+    assert "UnknownEffectError" not in seen and why in seen
     assert server.counters.tool_posts("send_email") == 0
     never_sent = the_record(telemetry)
     assert (never_sent[t.SENT], never_sent[t.EFFECT], never_sent[t.MAY_HAVE_RUN]) == (0, "none", False)
     assert never_sent[t.ATTEMPTS_EFFECT] == ("none",)
     assert never_sent[t.ATTEMPTS_FAILURE] == ("",)  # never sent is no failure kind
     # The same call again, its auth working now: it goes (the guard was never armed).
-    auth = RefreshFailsOnce()
-    auth.failing = False
-    async with session_with(server.url, create_mcp_http_client(auth=auth)) as session:
+    async with session_with(
+        server.url, create_mcp_http_client(auth=RefreshFailsOnce(failing=False))
+    ) as session:
         with anyio.fail_after(10):
             assert not is_error(await session.call_tool("send_email", dict(EMAIL)))
     assert server.counters.executions("send_email") == 1
@@ -338,4 +363,50 @@ async def test_an_auth_flows_own_resend_after_a_401_is_an_attempt_of_the_record(
     assert record[t.EFFECT] == "unknown"
     spans = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])
     assert [(s.attributes or {})[t.ATTEMPT] for s in spans] == [1, 2]
+    assert server.counters.executions("search") == 1
+
+
+@pytest.mark.skipif(LINE == 1, reason="a client extension's claimed results are mcp 2.x's")
+@pytest.mark.parametrize("redeemed", [False, True], ids=["resolver-raises", "resolver-returns"])
+async def test_a_claimed_result_whose_resolver_raises_is_a_failed_call(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, redeemed: bool
+) -> None:
+    """The server answers with an extension's own shape; the client's claim resolves it after the
+    session's call returned. A resolver that raises fails the call: the record says `failed`."""
+    from typing import Literal
+
+    from mcp import Client as SdkClient
+    from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+    from mcp_types import CallToolResult, Result, TextContent
+
+    class Ticket(Result):
+        result_type: Literal["com.example/ticket"] = "com.example/ticket"
+        ticket: str
+
+    async def redeem(claimed: Ticket, ctx: ClaimContext) -> CallToolResult:
+        if not redeemed:
+            raise RuntimeError("the ticket could not be redeemed")
+        text = "redeemed"  # search declares an output schema: its result is structured too
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content={"result": text}
+        )
+
+    class Tickets(ClientExtension):
+        identifier = "com.example/tickets"
+
+        def claims(self) -> list[ResultClaim[Any]]:
+            return [ResultClaim(result_type="com.example/ticket", model=Ticket, resolve=redeem)]
+
+    instrument(servers=declare(server, STRICT, {}))
+    server.faults.add("search", ClaimedResult("com.example/ticket", {"ticket": "t-1"}))
+    async with SdkClient(server.url, mode="2026-07-28", extensions=[Tickets()]) as client:
+        with anyio.fail_after(10):
+            if redeemed:
+                assert not is_error(await client.call_tool("search", {"query": "q"}))
+            else:
+                with pytest.raises(RuntimeError, match="could not be redeemed"):
+                    await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.VERDICT] == ("completed" if redeemed else "failed")
+    assert (record[t.EFFECT], record[t.MAY_HAVE_RUN], record[t.SENT]) == ("applied", False, 1)
     assert server.counters.executions("search") == 1

@@ -1,5 +1,5 @@
 """The seam where a tool call begins and ends: `ClientSession.call_tool`, or `send_request` of a
-tools/call sent past it.
+tools/call sent past it; on mcp 2.x a result the client finishes itself ends with `Client.call_tool`.
 
 It begins the call (its span, current in the context the SDK carries into the task that POSTs the
 request), and when the call ends has it settled and filed. Under the app-authorized policy a
@@ -9,6 +9,8 @@ a caller's own cancellation or timeout above all, reaches the caller exactly as 
 
 from __future__ import annotations
 
+import contextvars
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,6 +62,42 @@ def tool_of(request: object) -> str | None:
     return name if type(name) is str else None
 
 
+# The session's calls made inside one `Client.call_tool` (mcp 2.x) that returned a result of an
+# extension's own shape: the client finishes that result (its claim's resolver) after the session's
+# call returned, so such a call is filed when Client.call_tool ends, as it ended.
+_FINISHING: contextvars.ContextVar[list[ToolCall] | None] = contextvars.ContextVar(
+    "otel_mcp_replay_finishing", default=None
+)
+
+
+async def client_call_tool(
+    wrapped: Callable[..., Awaitable[Any]], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`Client.call_tool` (mcp 2.x): a claimed result's resolver that raises fails the call."""
+    if not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+    finishing: list[ToolCall] = []
+    token = _FINISHING.set(finishing)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        for call in finishing:
+            call.unfinished(exc)
+        raise
+    finally:
+        _FINISHING.reset(token)
+    for call in finishing:
+        call.completed(result)
+    return result
+
+
+def _claimed(result: object) -> bool:
+    """A result of a client extension's own shape: neither a CallToolResult nor an InputRequiredResult
+    (mcp 2.x's types, imported by the SDK that returned it)."""
+    found = sys.modules.get("mcp_types")
+    return found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
+
+
 async def _governed(
     rt: Runtime,
     name: str,
@@ -85,7 +123,11 @@ async def _governed(
     finally:
         otel_context.detach(otel_token)
         CURRENT_CALL.reset(token)
-    call.completed(result)
+    finishing = _FINISHING.get()
+    if finishing is not None and _claimed(result):
+        finishing.append(call)  # the client finishes it: filed as that ends (client_call_tool)
+    else:
+        call.completed(result)
     return result
 
 
