@@ -63,8 +63,6 @@ if LINE == 2:
     SEAMS += [
         # `Client(StdioServerParameters(...))` calls the stdio_client its own module imported
         ("mcp.client.client", "stdio_client"),
-        # a claimed result's resolver, run after the session's call returned, can fail the call
-        ("mcp.client.client", "Client.call_tool"),
         # a tools/call sent past call_tool is a call too (1.x: BaseSession.send_request, below)
         ("mcp.client.session", "ClientSession.send_request"),
         # a caller's cancel, told to the server, ends the call

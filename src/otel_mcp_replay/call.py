@@ -109,8 +109,7 @@ class Attempt:
         as the next, sent by the app's own client (permission `app`, on what that response was)."""
         if self.state != "sending":
             return
-        # A 2xx handed back to the flow never reaches the SDK: a response without its answer.
-        outcome = classify(status, None) if not 200 <= status < 300 else Outcome(status, "error", "unknown")
+        outcome = classify(status, "other")  # the response went back to the flow: no answer reached the SDK
         self.exchanged(outcome)
         self.decided(0, None)  # repeated, by the client: not declined
         call = self.call
@@ -368,23 +367,9 @@ class ToolCall:
         if is_error is None:
             is_error = getattr(result, "isError", False)
         self._file("tool-error" if is_error is True else "completed", False)
-        self._answered_end()
-        self.span.end()
-
-    def unfinished(self, exc: BaseException) -> None:
-        """The SDK returned this call's result, and the client failed to finish it (a client
-        extension's claim resolver raised `exc`): the call failed; what its attempts say stands."""
-        self.abandon()
-        self._file("failed", False)
-        self._answered_end()
-        self.span.set_attribute(t.ERROR_TYPE, type(exc).__qualname__)
-        self.span.set_status(Status(StatusCode.ERROR))
-        self.span.end()
-
-    def _answered_end(self) -> None:
-        """Its result came: nothing is left to check, so the repeat guard forgets it."""
         if self.fingerprint is not None and self.runtime.guard is not None:
             self.runtime.guard.forget(self.fingerprint)
+        self.span.end()
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of

@@ -48,8 +48,6 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
             seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
-        # A claimed result the client finishes after the session's call returned: a resolver that raises.
-        seams.append(("mcp.client.client", "Client.call_tool", session.client_call_tool))
         # A tools/call sent past call_tool (1.x: the carrier's BaseSession.send_request seam).
         seams.append(
             ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))

@@ -1,5 +1,4 @@
-"""The seam where a tool call begins and ends: `ClientSession.call_tool`, or `send_request` of a
-tools/call sent past it; on mcp 2.x a result the client finishes itself ends with `Client.call_tool`.
+"""The seam where a tool call begins and ends: `ClientSession.call_tool`.
 
 It begins the call (its span, current in the context the SDK carries into the task that POSTs the
 request), and when the call ends has it settled and filed. Under the app-authorized policy a
@@ -9,8 +8,6 @@ a caller's own cancellation or timeout above all, reaches the caller exactly as 
 
 from __future__ import annotations
 
-import contextvars
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,80 +30,6 @@ async def call_tool(
     name = args[0] if args else kwargs.get("name")
     if type(name) is not str or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    return await _governed(rt, name, wrapped, instance, args, kwargs)
-
-
-async def send_request(
-    rt: Runtime,
-    wrapped: Callable[..., Awaitable[Any]],
-    instance: object,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
-    sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are:
-    its span, its record, the law, the repeat guard. Inside call_tool it is that call's own request."""
-    name = tool_of(args[0] if args else kwargs.get("request"))
-    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
-    return await _governed(rt, name, wrapped, instance, args, kwargs)
-
-
-def tool_of(request: object) -> str | None:
-    """The tool a request object calls, if it is a tools/call that names one (1.x wraps each
-    request in the ClientRequest union: its `root`)."""
-    request = getattr(request, "root", request)
-    if getattr(request, "method", None) != TOOLS_CALL_METHOD:
-        return None
-    name = getattr(getattr(request, "params", None), "name", None)
-    return name if type(name) is str else None
-
-
-# The session's calls made inside one `Client.call_tool` (mcp 2.x) that returned a result of an
-# extension's own shape: the client finishes that result (its claim's resolver) after the session's
-# call returned, so such a call is filed when Client.call_tool ends, as it ended.
-_FINISHING: contextvars.ContextVar[list[ToolCall] | None] = contextvars.ContextVar(
-    "otel_mcp_replay_finishing", default=None
-)
-
-
-async def client_call_tool(
-    wrapped: Callable[..., Awaitable[Any]], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """`Client.call_tool` (mcp 2.x): a claimed result's resolver that raises fails the call."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
-    finishing: list[ToolCall] = []
-    token = _FINISHING.set(finishing)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        for call in finishing:
-            call.unfinished(exc)
-        raise
-    finally:
-        _FINISHING.reset(token)
-    for call in finishing:
-        call.completed(result)
-    return result
-
-
-def _claimed(result: object) -> bool:
-    """A result of a client extension's own shape: neither a CallToolResult nor an InputRequiredResult
-    (mcp 2.x's types, imported by the SDK that returned it)."""
-    found = sys.modules.get("mcp_types")
-    return found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
-
-
-async def _governed(
-    rt: Runtime,
-    name: str,
-    wrapped: Callable[..., Awaitable[Any]],
-    instance: object,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """The SDK's call of tool `name`, as one ToolCall: begun here, settled and filed when it ends."""
     call = ToolCall(rt, name, instance)
     token = CURRENT_CALL.set(call)
     otel_token = otel_context.attach(call.context)
@@ -123,11 +46,7 @@ async def _governed(
     finally:
         otel_context.detach(otel_token)
         CURRENT_CALL.reset(token)
-    finishing = _FINISHING.get()
-    if finishing is not None and _claimed(result):
-        finishing.append(call)  # the client finishes it: filed as that ends (client_call_tool)
-    else:
-        call.completed(result)
+    call.completed(result)
     return result
 
 
@@ -165,3 +84,34 @@ async def _stoppable(
     if scope.cancelled_caught and call.stopped_with is not None:
         raise call.stopped_with
     return result
+
+
+async def send_request(
+    rt: Runtime,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
+    sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
+    (the call_tool seam runs it): its span, its record, the law, the repeat guard. Inside call_tool
+    it is that call's own request."""
+    name = tool_of(args[0] if args else kwargs.get("request"))
+    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+
+    async def sent(*_: Any, **__: Any) -> Any:
+        return await wrapped(*args, **kwargs)
+
+    return await call_tool(rt, sent, instance, (name,), {})
+
+
+def tool_of(request: object) -> str | None:
+    """The tool a request object calls, if it is a tools/call that names one (1.x wraps each
+    request in the ClientRequest union: its `root`)."""
+    request = getattr(request, "root", request)
+    if getattr(request, "method", None) != TOOLS_CALL_METHOD:
+        return None
+    name = getattr(getattr(request, "params", None), "name", None)
+    return name if type(name) is str else None
