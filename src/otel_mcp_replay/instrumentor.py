@@ -48,10 +48,6 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
             seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
-        # A tools/call sent past call_tool (1.x: the carrier's BaseSession.send_request seam).
-        seams.append(
-            ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))
-        )
         # A caller's cancel, told to the server: the call ends before the SDK waits on its transport.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
     else:  # 1.x: the call is carried to the task that POSTs it
@@ -74,6 +70,10 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
                 "StreamableHTTPTransport.post_writer",
                 functools.partial(carrier.post_writer, rt),
             )
+        )
+    if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
+        seams.append(
+            ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))
         )
     return seams
 
