@@ -28,6 +28,7 @@ from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import confirmed
 from otel_mcp_replay.law import (
     NO_RESPONSE,
+    NOT_SENT,
     Answer,
     Outcome,
     Permission,
@@ -35,6 +36,7 @@ from otel_mcp_replay.law import (
     SeriesKnowledge,
     classify,
 )
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
 from otel_mcp_replay.runtime import PROCESS, Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
@@ -58,12 +60,15 @@ class Attempt:
         "early",
         "ended_ns",
         "hop_status",
+        "last_hop",
         "outcome",
         "permission",
         "repeated",
         "span",
         "state",
+        "stream_cut",
         "wait_ms",
+        "wire",
     )
 
     def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
@@ -79,6 +84,9 @@ class Attempt:
         self._answer_seen: anyio.Event | None = None  # made only by answer_within
         self.hop_status = 0  # the redirect the client is following, while REDIRECTED
         self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
+        self.wire = 0  # times its request was handed to the connection (patches/http_send.py)
+        self.last_hop = 0  # the status of the latest response to it there (0: none yet)
+        self.stream_cut = False  # its answer's stream was cut, not ended
 
     # -- transitions --
 
@@ -98,6 +106,22 @@ class Attempt:
         if self.state == "sending":
             self.state, self.hop_status = "redirected", status
 
+    def resent_by_client(self, status: int) -> None:
+        """SENDING: the HTTP client sent this attempt's request again of itself (its auth flow, after
+        a 401): the response it had is an attempt of its own, filed as one, and this attempt goes on
+        as the next, sent by the app's own client (permission `app`, on what that response was)."""
+        if self.state != "sending":
+            return
+        outcome = classify(status, "other")  # the response went back to the flow: no answer reached the SDK
+        self.exchanged(outcome)
+        self.decided(0, None)  # repeated, by the client: not declined
+        call = self.call
+        self.permission = Permission("app", outcome.failure or "error")
+        self.span = call._attempt_span(self.permission)
+        self.state, self.outcome, self.ended_ns, self.wait_ms = "sending", NO_RESPONSE, 0, 0
+        self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
+        call.attempt = self
+
     def exchanged(self, outcome: Outcome, error: BaseException | None = None) -> None:
         """SENDING -> EXCHANGED: the HTTP exchange ended (before any wait)."""
         if self.state != "sending":
@@ -110,8 +134,7 @@ class Attempt:
             facts.no_answer()
         if outcome.answered:
             facts.answered()
-        if error is not None:
-            self.call.final_error = error
+        self.call.final_error = error  # the final error is the latest attempt's (None: a response)
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
         """EXCHANGED -> DONE, or -> AWAITING when the answer is still to come on a stream."""
@@ -144,6 +167,7 @@ class Attempt:
         stream where the answer still comes, so it stays AWAITING until the call ends (abandon)."""
         if self.state == "awaiting" and error is not None:
             self.call.final_error = error
+            self.stream_cut = True
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
@@ -151,13 +175,15 @@ class Attempt:
             self.state = "sending"
             self.exchanged(classify(self.hop_status, None))
             self.decided(0, None)
-        elif self.state == "sending":  # a cancel or a read timeout mid-exchange: sent, no answer
-            self.exchanged(NO_RESPONSE)
-            self.decided(0, "budget")
+        elif self.state == "sending":  # a cancel or a read timeout mid-exchange
+            self.exchanged(NO_RESPONSE if self.wire else NOT_SENT)  # sent, no answer; or never sent
+            self.decided(0, "budget" if self.wire else None)
         elif self.state == "exchanged":
             self.decided(0, "budget")
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
-            self.outcome = self.outcome.after_stream(None)
+            self.outcome = self.outcome.after_stream(None, cut=self.stream_cut)
+            if self.outcome.failure == "error" and self.declined is None:
+                self.declined = "not-retryable"  # a response without its answer: the law's `error`
             self._done()
 
     def _done(self) -> None:
@@ -250,6 +276,11 @@ class ToolCall:
         if permission is None and attempt is not None and attempt.state == "redirected":
             attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
             return attempt
+        self.attempt = Attempt(self, permission, self._attempt_span(permission))
+        return self.attempt
+
+    def _attempt_span(self, permission: Permission | None) -> Span:
+        """The span of the call's next attempt, begun now."""
         self.attempts += 1
         number = self.attempts  # a redirect's follow-up continues the numbering
         attributes: dict[str, str | int] = {
@@ -266,9 +297,7 @@ class ToolCall:
             if permission.assumes is not None:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
         name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
-        span = self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
-        self.attempt = Attempt(self, permission, span)
-        return self.attempt
+        return self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
 
     def attempt_context(self) -> Context | None:
         """The context that makes the open attempt's span the parent of the HTTP client's span."""
@@ -282,9 +311,11 @@ class ToolCall:
         else:
             self.facts.answered()
 
-    def stream_ended(self) -> None:
-        """The connection's own stream (SSE) ended before this call's answer came: it never will."""
+    def stream_ended(self, cut: bool) -> None:
+        """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
+        it never will."""
         if self.attempt is not None:
+            self.attempt.stream_cut = cut
             self.attempt.abandon()
 
     # -- giving up --
@@ -364,7 +395,8 @@ class ToolCall:
         `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
-        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        # The caller's own: its cancellation, or the SDK's error for its read timeout.
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc)
         stopped = self.stopped_with
         if stopped is not None and not self.rows:  # refused before anything was sent
             self._file("failed", False)

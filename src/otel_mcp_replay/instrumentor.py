@@ -41,6 +41,7 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     )
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
+        (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
@@ -74,6 +75,10 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
                 "StreamableHTTPTransport.post_writer",
                 functools.partial(carrier.post_writer, rt),
             )
+        )
+    if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
+        seams.append(
+            ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))
         )
     return seams
 

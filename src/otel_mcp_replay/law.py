@@ -153,6 +153,8 @@ def permit(
     if not target.is_tool:
         if failure == "throttle":
             return _PROTOCOL_REPEAT if retry_on_throttle else NOT_PERMITTED
+        if failure == "session-busy":  # the adapter's own refusal, under both policies
+            return _PROTOCOL_REPEAT
         return NOT_RETRYABLE
     if failure == "error":
         return NOT_RETRYABLE
@@ -199,16 +201,19 @@ class Outcome(NamedTuple):
     server_wait_ms: int | None = None  # Retry-After, when the server sent one
     answered: bool = False  # the JSON-RPC answer to the request's id came (a result or an error)
 
-    def after_stream(self, kind: Answer | None) -> Outcome:
-        """The same attempt once its stream said what it came to (None: it ended without the answer)."""
+    def after_stream(self, kind: Answer | None, *, cut: bool = False) -> Outcome:
+        """The same attempt once its stream said what it came to (None: it ended without the answer;
+        `cut`: its connection was lost, else a response came and never brought the answer)."""
         if kind == "result":
             return Outcome(self.status, None, "applied", answered=True)
         if kind == "error":
             return Outcome(self.status, "error", "unknown", answered=True)
-        return Outcome(self.status, "network", "unknown")
+        return Outcome(self.status, "network" if cut else "error", "unknown")
 
 
-NOT_SENT: Final = Outcome(0, "network", "none")  # the connection was never made: nothing can have run
+# Never sent (raised before the request reached the connection): no failure kind, nothing can have
+# run; the caller sees what the SDK alone shows, and nothing repeats it.
+NOT_SENT: Final = Outcome(0, None, "none")
 NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
 
 
@@ -238,8 +243,8 @@ def classify(
         return Outcome(status, "error", "unknown", answered=True)
     if reply == "cut":
         return NO_RESPONSE  # the response never arrived whole: as good as none
-    if reply == "accepted":
-        return Outcome(status, "network", "unknown")  # accepted, and no answer will follow
+    if reply == "accepted":  # a 202: a response came, and no answer will follow on it
+        return Outcome(status, "error", "unknown")
     return Outcome(status, "error", "unknown")  # no answer to this id
 
 

@@ -28,12 +28,26 @@ class Line:
     # 2.x's streamable-HTTP client fails that request itself; 1.x's leaves the call waiting (for its
     # read timeout, else for ever), so there the plugin ends such a call (patches/carrier.py).
     resolves_lost_answers: bool
+    # The code of the error the SDK raises when its caller's read timeout (`read_timeout_seconds`)
+    # passes: mcp_types.REQUEST_TIMEOUT on 2.x, httpx.codes.REQUEST_TIMEOUT on 1.x.
+    request_timeout: int
 
     def error_base(self) -> type[Exception]:
         """The installed line's own error class: the plugin's errors subclass it."""
         exceptions = importlib.import_module("mcp.shared.exceptions")
         found: type[Exception] = exceptions.MCPError if self.major >= 2 else exceptions.McpError
         return found
+
+    def is_callers_timeout(self, exc: BaseException) -> bool:
+        """`exc` is the SDK's own error for its caller's read timeout: its class and code, raised
+        while the SDK handled the TimeoutError of its wait (both lines raise it there). A server's
+        JSON-RPC error with the same code is raised from its answer, never there."""
+        error = getattr(exc, "error", None)
+        return (
+            type(exc) is self.error_base()
+            and getattr(error, "code", None) == self.request_timeout
+            and isinstance(exc.__context__, TimeoutError)
+        )
 
     def error_args(self, code: int, message: str, data: Any = None) -> tuple[Any, ...]:
         """The arguments its error class takes for (code, message, data)."""
@@ -51,8 +65,22 @@ class Line:
 def installed() -> Line:
     major = int(version("mcp").split(".", 1)[0])
     if major >= 2:
-        return Line(major, "httpx2", carries_context=True, synthetic_status=599, resolves_lost_answers=True)
-    return Line(major, "httpx", carries_context=False, synthetic_status=200, resolves_lost_answers=False)
+        return Line(
+            major,
+            "httpx2",
+            carries_context=True,
+            synthetic_status=599,
+            resolves_lost_answers=True,
+            request_timeout=-32001,
+        )
+    return Line(
+        major,
+        "httpx",
+        carries_context=False,
+        synthetic_status=200,
+        resolves_lost_answers=False,
+        request_timeout=408,
+    )
 
 
 LINE = installed()

@@ -139,6 +139,8 @@ class ReplayPolicy(NamedTuple):
         """The decision after the attempt that came to `outcome` (None: it did not fail, nothing to
         repeat), and the policy for the next attempt."""
         budget = self.endpoint_budget
+        if outcome.effect == "none":  # never sent: nothing to repeat, nothing to charge or credit
+            return None, self
         if outcome.failure is None:
             if budget is not None:
                 budget.on_success()

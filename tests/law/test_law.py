@@ -160,12 +160,20 @@ def test_a_protocol_request_is_not_repeated_on_throttle_with_retry_on_throttle_o
 
 
 @pytest.mark.parametrize("policy", t.POLICIES)
-@pytest.mark.parametrize("failure", ["network", "session-busy", "error"])
-def test_a_protocol_request_is_not_retryable_on_anything_but_throttle(
+@pytest.mark.parametrize("failure", ["network", "error"])
+def test_a_protocol_request_is_not_retryable_on_anything_but_throttle_and_its_adapters_refusal(
     policy: str, failure: FailureKind
 ) -> None:
     """Nothing else about the protocol's own requests changes."""
     assert permit(declared(policy), PROTOCOL, failure) == Declined("not-retryable")
+
+
+@pytest.mark.parametrize("policy", t.POLICIES)
+@pytest.mark.parametrize("retry_on_throttle", [True, False])
+def test_a_protocol_request_is_repeated_on_its_adapters_refusal(policy: str, retry_on_throttle: bool) -> None:
+    """The adapter retries its own refusal under both policies (AgentCore's while a session starts)."""
+    decision = permit(declared(policy), PROTOCOL, "session-busy", retry_on_throttle=retry_on_throttle)
+    assert isinstance(decision, Repeat) and decision.permission is None
 
 
 # --- targets that name no declared tool -------------------------------------------------------
@@ -207,6 +215,9 @@ def oracle(
         protocol = {
             ("throttle", True): ("repeat",),
             ("throttle", False): ("declined", "not-permitted"),
+            # The adapter's own refusal, whatever retry_on_throttle says: a protocol request runs no tool.
+            ("session-busy", True): ("repeat",),
+            ("session-busy", False): ("repeat",),
         }
         return protocol.get((failure, retry_on_throttle), ("declined", "not-retryable"))
     names_throttle = "throttle" in entry_on

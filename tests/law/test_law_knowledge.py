@@ -20,8 +20,8 @@ from otel_mcp_replay.telemetry import Effect
 # --- one attempt: what a response says (classify), without I/O ---------------------------------
 
 
-def test_an_attempt_never_sent_has_no_effect() -> None:
-    assert Outcome(0, "network", "none") == NOT_SENT
+def test_an_attempt_never_sent_has_no_effect_and_no_failure_kind() -> None:
+    assert Outcome(0, None, "none") == NOT_SENT
 
 
 def test_an_attempt_answered_with_a_result_applied() -> None:
@@ -37,7 +37,7 @@ def test_an_attempt_answered_with_a_result_applied() -> None:
         (400, None, "error"),
         (200, "error", "error"),  # a JSON-RPC error: answered, and still not proof it did not run
         (200, "other", "error"),  # a body without the answer to this id
-        (202, "accepted", "network"),  # accepted, and no answer will follow
+        (202, "accepted", "error"),  # a response, and no answer will follow: never `network`
     ],
 )
 def test_an_attempt_sent_without_a_result_is_unknown(status: int, reply: str | None, failure: str) -> None:
@@ -56,7 +56,8 @@ def test_an_answer_still_to_come_leaves_the_effect_open_until_the_stream_says() 
     assert pending.effect is None and pending.failure is None
     assert pending.after_stream("result") == Outcome(200, None, "applied", answered=True)
     assert pending.after_stream("error") == Outcome(200, "error", "unknown", answered=True)
-    assert pending.after_stream(None) == Outcome(200, "network", "unknown")
+    assert pending.after_stream(None) == Outcome(200, "error", "unknown")  # a response, without it
+    assert pending.after_stream(None, cut=True) == Outcome(200, "network", "unknown")  # the connection lost
 
 
 def test_a_redirect_is_unknown_and_not_a_failure() -> None:

@@ -22,6 +22,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
+from otel_mcp_replay.patches import session
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
@@ -102,7 +103,22 @@ def send_request(
 ) -> Any:
     """`BaseSession.send_request`: a session made before instrument() never had its write stream
     given to a carrier (`session_init`); it is given one when it first sends during a call, so that
-    call's POST is still known (`handle_post_request`; on SSE by its id and tool, `carried_call`)."""
+    call's POST is still known (`handle_post_request`; on SSE by its id and tool, `carried_call`).
+    A tools/call sent past call_tool becomes a call of its own first (session.send_request)."""
+    if (
+        CURRENT_CALL.get() is None
+        and is_instrumentation_enabled()
+        and session.tool_of(args[0] if args else kwargs.get("request")) is not None
+    ):
+        return session.send_request(
+            rt, lambda *a, **k: _carried(rt, wrapped, instance, a, k), instance, args, kwargs
+        )
+    return _carried(rt, wrapped, instance, args, kwargs)
+
+
+def _carried(
+    rt: Runtime, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     if CURRENT_CALL.get() is not None:
         stream = getattr(instance, "_write_stream", None)
         if stream is not None and not isinstance(stream, _Carrier):

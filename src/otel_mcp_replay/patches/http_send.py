@@ -12,6 +12,7 @@ A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x
 
 from __future__ import annotations
 
+import contextvars
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -142,9 +143,17 @@ async def send(
             await last.pop().aclose()
         response = await exchange_once()  # a transport error is the SDK's, as it always was
         last.append(response)
-        if response.status_code != 429:
-            return Outcome(int(response.status_code), None, "unknown")
-        return classify(429, None, retry_after=response.headers.get("retry-after"), now_epoch_s=time.time())
+        status = int(response.status_code)
+        # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
+        busy = (
+            status != 429
+            and declaration.adapter is not None
+            and await _session_busy(declaration.adapter, response)
+        )
+        if status != 429 and not busy:
+            return Outcome(status, None, "unknown")
+        retry_after = response.headers.get("retry-after")
+        return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
     await run_series(_policy(rt, declaration, target, url), rt.rng, exchange, _sleep, NoLog())
     return last[0]
@@ -225,9 +234,13 @@ async def _tool_series(
             if refusal is not None:
                 repeat = isinstance(refusal, RepeatRefusedError)
                 call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
-                if streamable:  # the SDK resolves this one request with it; the call seam raises `refusal`
-                    return _synthetic_error(http, request, body["id"], "not sent")
-                return http.module.Response(202, request=request)  # nothing sent: the call's scope ends it
+                if streamable and http.resolves_lost_answers:  # the SDK resolves this one request with it;
+                    return _synthetic_error(
+                        http, request, body["id"], "not sent"
+                    )  # the call seam raises `refusal`
+                # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
+                # answer into a session the caller may be closing already).
+                return http.module.Response(202, request=request)
     key = None
     if sse is not None:
         key = (id(sse), body["id"])
@@ -245,7 +258,7 @@ async def _tool_series(
         token = otel_context.attach(attempt_context) if attempt_context is not None else None
         try:
             outcome, last[0], last[1] = await _tool_exchange(
-                http, exchange_once, attempt, declaration, watch_body=streamable and sse is None
+                http, exchange_once, request, attempt, declaration, watch_body=streamable and sse is None
             )
         except BaseException:  # the caller gave up (or the client failed) mid-exchange
             attempt.abandon()
@@ -279,7 +292,12 @@ async def _tool_series(
         # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
         await response.aclose()
         return http.module.Response(202, request=request)
-    if final.status == 0 and error is not None and declaration.policy == "app-authorized":
+    if (
+        final.status == 0
+        and error is not None
+        and final.effect != "none"
+        and declaration.policy == "app-authorized"
+    ):
         # Fail this call, not the session: the SDK would tear the whole transport down.
         if key is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
             rt.sse_waiting.pop(key, None)
@@ -325,16 +343,23 @@ def _followed(response: Any, request: Any) -> bool:
 async def _tool_exchange(
     http: HttpClient,
     exchange_once: Callable[[], Awaitable[Any]],
+    request: Any,
     attempt: Attempt,
     declaration: Declaration,
     *,
     watch_body: bool,
 ) -> tuple[Outcome, Any, BaseException | None]:
-    """One attempt: what it came to, the response it got (None: none), and its transport error."""
+    """One attempt: what it came to, the response it got (None: none), and the error it raised."""
+    exchanging = _EXCHANGING.set((attempt, request))
     try:
         response = await exchange_once()
-    except http.module.TransportError as exc:
-        return (NOT_SENT if isinstance(exc, http.not_sent) else NO_RESPONSE), None, exc
+    except Exception as exc:
+        # Never sent: raised before the request reached the connection (its auth flow, an event hook,
+        # building it: `reached_connection` never saw it), or the connection was never made.
+        sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
+        return (NO_RESPONSE if sent else NOT_SENT), None, exc
+    finally:
+        _EXCHANGING.reset(exchanging)
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
     busy = (
         status != 429
@@ -351,6 +376,45 @@ async def _tool_exchange(
     retry_after = response.headers.get("retry-after") if status == 429 or busy else None
     outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
     return outcome, response, None
+
+
+# The attempt whose request is being exchanged in this context, and that request, for
+# `reached_connection` (the SDK's call to the client's send runs in this very task).
+_EXCHANGING: contextvars.ContextVar[tuple[Attempt, Any] | None] = contextvars.ContextVar(
+    "otel_mcp_replay_exchanging", default=None
+)
+
+
+async def reached_connection(
+    wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`AsyncClient._send_single_request`: the one door from the client to its transport, past the
+    auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
+    re-send). An attempt's request that passes here reached the connection, or tried to: a connection
+    never made is told by its error (`HttpClient.not_sent`)."""
+    exchanging = _EXCHANGING.get()
+    if exchanging is None:
+        return await wrapped(*args, **kwargs)
+    attempt, request = exchanging
+    going = args[0] if args else kwargs.get("request")
+    if going is not request and not _same_message(going, request):
+        return await wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
+    if attempt.last_hop and not 300 <= attempt.last_hop < 400:  # not a redirect's next hop: a re-send
+        attempt.resent_by_client(attempt.last_hop)
+    attempt.wire += 1
+    response = await wrapped(*args, **kwargs)
+    attempt.last_hop = int(response.status_code)
+    return response
+
+
+def _same_message(going: Any, request: Any) -> bool:
+    """An auth flow may send a copy of the request: the same method, URL and body is the same."""
+    try:
+        return bool(
+            going.method == request.method and going.url == request.url and going.content == request.content
+        )
+    except Exception:  # a streaming body not read: not this attempt's request
+        return False
 
 
 async def _read_reply(http: HttpClient, response: Any, attempt: Attempt) -> Reply:

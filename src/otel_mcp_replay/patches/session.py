@@ -25,6 +25,7 @@ from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import repeat_confirmed
 from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 # The app's `Client.call_tool` in progress in this context (mcp 2.x), while its rounds are sent.
 CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVar(
@@ -162,3 +163,34 @@ async def _stoppable(
     if scope.cancelled_caught and call.stopped_with is not None:
         raise call.stopped_with
     return result
+
+
+async def send_request(
+    rt: Runtime,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
+    sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
+    (the call_tool seam runs it): its span, its record, the law, the repeat guard. Inside call_tool
+    it is that call's own request."""
+    name = tool_of(args[0] if args else kwargs.get("request"))
+    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
+
+    async def sent(*_: Any, **__: Any) -> Any:
+        return await wrapped(*args, **kwargs)
+
+    return await call_tool(rt, sent, instance, (name,), {})
+
+
+def tool_of(request: object) -> str | None:
+    """The tool a request object calls, if it is a tools/call that names one (1.x wraps each
+    request in the ClientRequest union: its `root`)."""
+    request = getattr(request, "root", request)
+    if getattr(request, "method", None) != TOOLS_CALL_METHOD:
+        return None
+    name = getattr(getattr(request, "params", None), "name", None)
+    return name if type(name) is str else None

@@ -59,7 +59,7 @@ def watch_event_stream(
 
     def on_end(error: BaseException | None) -> None:
         for key in [key for key in waiting if key[0] == stream_id]:
-            waiting.pop(key).stream_ended()
+            waiting.pop(key).stream_ended(error is not None)
         posts = rt.sse_streams.get(client)
         if posts is not None:
             for post_url in [u for u, s in posts.items() if s is stream]:
