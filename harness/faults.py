@@ -141,6 +141,15 @@ class SseWithoutAnswer(Fault):
     run_tool: bool = True
 
 
+@dataclass(frozen=True)
+class ClaimedResult(Fault):
+    """Let the tool run, then answer HTTP 200 JSON with a result of an extension's own shape
+    (`resultType`, SEP-2322 style claims on mcp 2.x) in place of its CallToolResult."""
+
+    result_type: str = "com.example/ticket"
+    fields: Mapping[str, Any] | None = None
+
+
 def retryable_conflict(*, in_body: bool = False) -> Status:
     """Amazon Bedrock AgentCore Runtime's retryable refusal: HTTP 409 `RetryableConflictException`,
     named in the `x-amzn-ErrorType` header, or (`in_body=True`) in the JSON body's `__type`."""
@@ -165,6 +174,7 @@ _FAULTS_BY_KIND: Mapping[str, type[Fault]] = {
     "drop-at-answer": DropAtAnswer,
     "drop-mid-body": DropMidBody,
     "sse-without-answer": SseWithoutAnswer,
+    "claimed-result": ClaimedResult,
 }
 
 
@@ -515,6 +525,12 @@ class FaultInjector:
             await _respond(
                 send, 200, b": no answer follows\n\n", "text/event-stream", {"cache-control": "no-cache"}
             )
+        elif isinstance(fault, ClaimedResult):
+            await _run_swallowed(self.app, scope, replay)
+            result = {"resultType": fault.result_type, **dict(fault.fields or {})}
+            request_id = post.message.get("id") if post.message is not None else None
+            body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+            await _respond(send, 200, body, "application/json", {})
         else:  # pragma: no cover - every Fault subclass is handled above
             raise TypeError(f"unhandled fault {fault.name}")
 

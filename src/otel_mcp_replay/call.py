@@ -13,6 +13,7 @@ Nothing here reads a value of the call: no arguments, no result, no key, no URL 
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -381,14 +382,23 @@ class ToolCall:
             verdict: CallVerdict = "input-required"
         else:
             verdict = "tool-error" if is_error is True else "completed"
-        self._file(verdict, False)
-        if self.fingerprint is not None and self.runtime.guard is not None:
-            self.runtime.guard.forget(self.fingerprint)
-            self.guard_armed = False
+        if self.app_call is not None and _claimed(result):
+            # A client extension's own shape: its claim's resolver finishes it after this returns, so
+            # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
+            self.app_call.round_ended(self, verdict, filed=False)
+            return
+        self.settled(verdict)
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict)
         else:
             self.span.end()
+
+    def settled(self, verdict: CallVerdict) -> None:
+        """Its result came (`verdict` says how the call ended): file it; the repeat guard forgets it."""
+        self._file(verdict, False)
+        if self.fingerprint is not None and self.runtime.guard is not None:
+            self.runtime.guard.forget(self.fingerprint)
+            self.guard_armed = False
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -497,6 +507,7 @@ class AppCall:
         "session",
         "span",
         "tool",
+        "unfiled",
     )
 
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
@@ -507,6 +518,7 @@ class AppCall:
         self.last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
         self.effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
         self.mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+        self.unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
 
     def is_round(self, session: object, tool: str, arguments: object) -> bool:
         """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
@@ -527,14 +539,16 @@ class AppCall:
         self.rounds += 1
         return self.rounds, self.span, self.context
 
-    def round_ended(self, call: ToolCall, verdict: CallVerdict) -> None:
+    def round_ended(self, call: ToolCall, verdict: CallVerdict, *, filed: bool = True) -> None:
         self.last = (call, verdict)
+        self.unfiled = None if filed else call
         effect = call.knowledge.effect
         if effect == "unknown" or (effect == "applied" and self.effect == "none"):
             self.effect = effect
 
-    def ended(self, error: BaseException | None) -> None:
-        """The app's call returned (`error` None) or raised `error`: end its span, count it once."""
+    def ended(self, error: BaseException | None, result: object = None) -> None:
+        """The app's call returned `result` (`error` None) or raised `error`: end its span, count it
+        once, and file a round the client finished itself (a claimed result) as the call ended."""
         span, last = self.span, self.last
         if span is None:
             return  # no round began: nothing was sent, nothing to say
@@ -542,8 +556,14 @@ class AppCall:
             span.end()
             return
         call, verdict = last
+        if error is None and self.unfiled is not None:  # the claim's resolver made the final result
+            verdict = "tool-error" if getattr(result, "is_error", None) is True else "completed"
         if error is not None:
             verdict = "failed"  # the final round's own failure, or what the SDK raised after it
+        unfiled, self.unfiled = self.unfiled, None
+        if unfiled is not None:
+            unfiled.settled(verdict)
+        if error is not None:
             _failed_span(span, error)
         else:
             span.end()
@@ -564,6 +584,13 @@ def _failed_span(span: Span, error: BaseException) -> None:
     span.set_attribute(t.ERROR_TYPE, type(error).__qualname__)
     span.set_status(Status(StatusCode.ERROR))
     span.end()
+
+
+def _claimed(result: object) -> bool:
+    """A result of a client extension's own shape (mcp 2.x): neither a CallToolResult nor an
+    InputRequiredResult, whose claim's resolver finishes it after the session's call returned."""
+    found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
+    return found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
 
 
 def _asks_for_input(result: object) -> bool:

@@ -119,7 +119,7 @@ async def client_call_tool(
         raise
     finally:
         CURRENT_APP_CALL.reset(token)
-    app_call.ended(None)
+    app_call.ended(None, result)
     return result
 
 

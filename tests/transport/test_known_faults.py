@@ -24,6 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from conftest import Telemetry, attempt_spans, leaves, records, the_record
 from harness.client import Client, McpError, http, is_error, types
 from harness.faults import (
+    ClaimedResult,
     DropAfterExecution,
     JsonRpcError,
     SseWithoutAnswer,
@@ -362,4 +363,50 @@ async def test_an_auth_flows_own_resend_after_a_401_is_an_attempt_of_the_record(
     assert record[t.EFFECT] == "unknown"
     spans = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])
     assert [(s.attributes or {})[t.ATTEMPT] for s in spans] == [1, 2]
+    assert server.counters.executions("search") == 1
+
+
+@pytest.mark.skipif(LINE == 1, reason="a client extension's claimed results are mcp 2.x's")
+@pytest.mark.parametrize("redeemed", [False, True], ids=["resolver-raises", "resolver-returns"])
+async def test_a_claimed_result_whose_resolver_raises_is_a_failed_call(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, redeemed: bool
+) -> None:
+    """The server answers with an extension's own shape; the client's claim resolves it after the
+    session's call returned. A resolver that raises fails the call: the record says `failed`."""
+    from typing import Literal
+
+    from mcp import Client as SdkClient
+    from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+    from mcp_types import CallToolResult, Result, TextContent
+
+    class Ticket(Result):
+        result_type: Literal["com.example/ticket"] = "com.example/ticket"
+        ticket: str
+
+    async def redeem(claimed: Ticket, ctx: ClaimContext) -> CallToolResult:
+        if not redeemed:
+            raise RuntimeError("the ticket could not be redeemed")
+        text = "redeemed"  # search declares an output schema: its result is structured too
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content={"result": text}
+        )
+
+    class Tickets(ClientExtension):
+        identifier = "com.example/tickets"
+
+        def claims(self) -> list[ResultClaim[Any]]:
+            return [ResultClaim(result_type="com.example/ticket", model=Ticket, resolve=redeem)]
+
+    instrument(servers=declare(server, STRICT, {}))
+    server.faults.add("search", ClaimedResult("com.example/ticket", {"ticket": "t-1"}))
+    async with SdkClient(server.url, mode="2026-07-28", extensions=[Tickets()]) as client:
+        with anyio.fail_after(10):
+            if redeemed:
+                assert not is_error(await client.call_tool("search", {"query": "q"}))
+            else:
+                with pytest.raises(RuntimeError, match="could not be redeemed"):
+                    await client.call_tool("search", {"query": "q"})
+    record = the_record(telemetry)
+    assert record[t.VERDICT] == ("completed" if redeemed else "failed")
+    assert (record[t.EFFECT], record[t.MAY_HAVE_RUN], record[t.SENT]) == ("applied", False, 1)
     assert server.counters.executions("search") == 1
