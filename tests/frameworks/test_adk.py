@@ -31,7 +31,6 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.mcp_tool import McpToolset, SseConnectionParams, StreamableHTTPConnectionParams
 from google.genai import types
-from opentelemetry.sdk.trace import ReadableSpan
 from pydantic import Field
 from tests.frameworks.scenarios import (
     DEADLINE_S,
@@ -40,6 +39,8 @@ from tests.frameworks.scenarios import (
     NOT_SENT,
     SEARCH,
     SEARCH_RESULT,
+    call_span_and_ancestry,
+    children_of,
     declared,
     is_sse,
     posted_status,
@@ -178,31 +179,12 @@ async def test_a_clean_call_is_one_trace_under_adks_spans(
     assert len(responses) == 1 and SEARCH_RESULT in str(responses[0]), responses
     assert server.counters.executions("search") == 1
     spans = telemetry.spans()
-    by_id = {s.context.span_id: s for s in spans}
-    ours = [s for s in spans if s.name == "tools/call search" and _scope(s) == t.INSTRUMENTATION_NAME]
-    assert len(ours) == 1, _names(spans)
-    chain: list[tuple[str, str]] = []
-    node: ReadableSpan | None = ours[0]
-    while node is not None:
-        chain.append((node.name, _scope(node)))
-        node = by_id.get(node.parent.span_id) if node.parent is not None else None
+    ours, chain = call_span_and_ancestry(spans, "search")
     # The plugin's call span sits in ADK's invocation, under its execute_tool span.
     assert chain[0] == ("tools/call search", t.INSTRUMENTATION_NAME)
     assert ("execute_tool search", ADK_SCOPE) in chain and chain[-1][1] == ADK_SCOPE, chain
     assert chain.index(("execute_tool search", ADK_SCOPE)) < chain.index(("invoke_agent mailer", ADK_SCOPE))
     trace_ids = {s.context.trace_id for s in spans if s.name.endswith("search")}
-    assert trace_ids == {ours[0].context.trace_id}, _names(spans)
-    children = {
-        (s.name, _scope(s))
-        for s in spans
-        if s.parent is not None and s.parent.span_id == ours[0].context.span_id
-    }
+    assert trace_ids == {ours.context.trace_id}, [s.name for s in spans]
+    children = children_of(spans, ours)
     assert ("mcp.replay.attempt search", t.INSTRUMENTATION_NAME) in children, children
-
-
-def _scope(span: ReadableSpan) -> str:
-    return span.instrumentation_scope.name if span.instrumentation_scope is not None else ""
-
-
-def _names(spans: list[ReadableSpan]) -> list[tuple[str, str]]:
-    return [(s.name, _scope(s)) for s in spans]
