@@ -106,6 +106,17 @@ def run_agent(server: ServerHandle, model: ScriptedModel) -> None:
         agent("go")
 
 
+def search_repeated_once(server: ServerHandle, telemetry: Telemetry) -> dict[str, Any]:
+    """One search through MCPClient, refused once and repeated: it ran once, in two POSTs, and the
+    app got its result; the call's record."""
+    with mcp_client(server) as client:
+        result = client.call_tool_sync("use_1", *SEARCH)
+    assert server.counters.executions("search") == 1
+    assert server.counters.tool_posts("search") == 2
+    assert result["status"] == "success" and text_of(result) == SEARCH_RESULT, result
+    return the_record(telemetry)
+
+
 # -- through MCPClient, as an app calls a tool --
 
 
@@ -114,12 +125,7 @@ def test_a_429_is_repeated_by_the_apps_permission(
 ) -> None:
     instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle())
-    with mcp_client(server) as client:
-        result = client.call_tool_sync("use_1", *SEARCH)
-    assert server.counters.executions("search") == 1
-    assert server.counters.tool_posts("search") == 2
-    assert result["status"] == "success" and text_of(result) == SEARCH_RESULT, result
-    record = the_record(telemetry)
+    record = search_repeated_once(server, telemetry)
     assert list(record[t.ATTEMPTS_STATUS]) == [429, posted_status(server)]
     assert list(record[t.ATTEMPTS_PERMISSION]) == ["first", "app"]
     assert record[t.VERDICT] == "completed"
@@ -133,12 +139,7 @@ def test_agentcores_retryable_conflict_is_repeated_by_the_adapter(
     header or the body, is repeated as the adapter's, whatever the app declared for the tool."""
     instrument(servers=declared(server, {}, adapter="agentcore-runtime"))
     server.faults.add("search", retryable_conflict(in_body=in_body))
-    with mcp_client(server) as client:
-        result = client.call_tool_sync("use_1", *SEARCH)
-    assert server.counters.executions("search") == 1
-    assert server.counters.tool_posts("search") == 2
-    assert result["status"] == "success" and text_of(result) == SEARCH_RESULT, result
-    record = the_record(telemetry)
+    record = search_repeated_once(server, telemetry)
     assert record[t.ATTEMPTS_STATUS] == (409, posted_status(server))
     assert record[t.ATTEMPTS_FAILURE] == ("session-busy", "")
     assert record[t.ATTEMPTS_PERMISSION] == ("first", "adapter")
