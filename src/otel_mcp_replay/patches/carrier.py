@@ -28,7 +28,7 @@ from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 class StreamProxy(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """A proxy of an anyio stream that `async with` enters as itself: wrapt 1.x's ObjectProxy (the
-    one opentelemetry-instrumentation < 0.61 allows) proxies no async protocol, and mcp 2.x's
+    one opentelemetry-instrumentation < 0.62 allows) proxies no async protocol, and mcp 2.x's
     dispatcher enters its write stream."""
 
     async def __aenter__(self) -> Any:
