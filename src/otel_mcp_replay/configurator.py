@@ -15,6 +15,11 @@ needs one variable. Rejected: our own `opentelemetry_traces_exporter` entry poin
 inner exporter kind, and the user would have to rename every exporter they use); a processor
 added from the instrumentor (too late, above); touching the provider's private processor list.
 
+Before SDK 1.40 `_initialize_components` takes no factory: each exporter goes into the name
+`BatchSpanProcessor` of `opentelemetry.sdk._configuration` (its `_init_tracing`), so for the one
+call that name is the factory, then put back; an SDK that has neither seam gets nothing
+configured and an ERROR, never an unwrapped exporter.
+
 Limits: only one configurator runs per process, so this replaces a vendor distro's configurator
 (wrap programmatically there); processors the app adds to the provider itself are not covered
 (wrap them in RedactingSpanProcessor); with `OTEL_CONFIG_FILE` the SDK ignores the factory, so
@@ -24,13 +29,14 @@ Redaction runs in the batch processor's export thread, off the app's own threads
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Callable
 from typing import Any, Final
 
+from opentelemetry.sdk import _configuration as sdk_configuration
 from opentelemetry.sdk._configuration import _OTelSDKConfigurator
-from opentelemetry.sdk.environment_variables import OTEL_CONFIG_FILE
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
@@ -39,6 +45,16 @@ from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules
 _logger = logging.getLogger(__name__)
 
 CONFIGURATOR_NAME: Final = "mcp_replay"  # the value of OTEL_PYTHON_CONFIGURATOR that selects it
+# The SDK's name for it from 1.43 on (opentelemetry.sdk.environment_variables); older SDKs read no
+# such file, and a user who set it is told the same.
+OTEL_CONFIG_FILE: Final = "OTEL_CONFIG_FILE"
+# The SDK's keyword for the exporter-processor factory, from 1.40 on.
+_FACTORY: Final = "export_span_processor"
+
+
+def _takes_factory() -> bool:
+    initialize = getattr(sdk_configuration, "_initialize_components", None)
+    return initialize is not None and _FACTORY in inspect.signature(initialize).parameters
 
 
 class McpReplayConfigurator(_OTelSDKConfigurator):
@@ -53,16 +69,30 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
                 OTEL_CONFIG_FILE,
             )
             return
+        takes_factory = _takes_factory()
+        if not takes_factory and not isinstance(getattr(sdk_configuration, "BatchSpanProcessor", None), type):
+            _logger.error(
+                "%s=%s cannot redact the exporters of this opentelemetry-sdk: no telemetry SDK configured",
+                "OTEL_PYTHON_CONFIGURATOR",
+                CONFIGURATOR_NAME,
+            )
+            return
         # Never raises: a bad entry is logged and dropped, the other rules and the built-in ones stay.
         rules = RedactionRules.from_env_or_builtin()
-        inner_factory: Callable[..., SpanProcessor] = (
-            kwargs.get("export_span_processor") or BatchSpanProcessor
-        )
+        inner_factory: Callable[..., SpanProcessor] = kwargs.pop(_FACTORY, None) or BatchSpanProcessor
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
             # A refused record is counted on the refused-records counter (the wrapper's default).
             redacting = RedactingSpanExporter(exporter, rules)
             return inner_factory(redacting, *args, **factory_kwargs)
 
-        kwargs["export_span_processor"] = export_span_processor
-        super()._configure(**kwargs)  # type: ignore[no-untyped-call]
+        if takes_factory:
+            super()._configure(**kwargs, **{_FACTORY: export_span_processor})  # type: ignore[no-untyped-call]
+            return
+        # SDK < 1.40: its _init_tracing builds each exporter's processor by this module-level name.
+        original = getattr(sdk_configuration, "BatchSpanProcessor")  # noqa: B009 (not exported)
+        setattr(sdk_configuration, "BatchSpanProcessor", export_span_processor)  # noqa: B010
+        try:
+            super()._configure(**kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            setattr(sdk_configuration, "BatchSpanProcessor", original)  # noqa: B010

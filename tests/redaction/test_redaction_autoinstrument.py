@@ -20,10 +20,12 @@ import textwrap
 import threading
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 import otel_mcp_replay
 from harness.receiver import OtlpReceiver, SpanDict
@@ -197,6 +199,15 @@ def run_instrumented(
     return done.stderr
 
 
+# The app's HTTP client spans come from the httpx2 instrumentor, which opentelemetry-instrumentation-
+# httpx ships from 0.65b0 on (it needs API 1.44): the oldest-OpenTelemetry environment has no such
+# spans, and the tests that redact them have nothing to read there.
+needs_httpx2_spans = pytest.mark.skipif(
+    Version(version("opentelemetry-instrumentation-httpx")) < Version("0.65b0"),
+    reason="the httpx2 instrumentor comes with opentelemetry-instrumentation-httpx 0.65b0",
+)
+
+
 def http_client_spans(spans: list[SpanDict]) -> list[SpanDict]:
     return [span for span in spans if "httpx" in span["scope"] and span["kind"] == "CLIENT"]
 
@@ -211,6 +222,7 @@ def leaked(raw: bytes) -> list[str]:
     return [name for name, value in [*CANARIES.items(), ("BASIC", basic)] if value.encode() in raw]
 
 
+@needs_httpx2_spans
 def test_every_exported_span_is_redacted_under_opentelemetry_instrument(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
@@ -241,6 +253,7 @@ def test_every_exported_span_is_redacted_under_opentelemetry_instrument(
     assert by_method["POST"]["http.request.header.mcp_session_id"] == [session_hash(CANARIES["SESSION"])]
 
 
+@needs_httpx2_spans
 def test_control_without_our_configurator_the_canaries_do_leak(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
@@ -251,6 +264,7 @@ def test_control_without_our_configurator_the_canaries_do_leak(
     )
 
 
+@needs_httpx2_spans
 def test_a_bad_rule_in_the_environment_is_logged_and_the_built_in_rules_still_hold(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
@@ -260,6 +274,25 @@ def test_a_bad_rule_in_the_environment_is_logged_and_the_built_in_rules_still_ho
     assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
     # Only the user's value rule is lost; everything built in still holds.
     assert set(leaked(receiver.raw_bytes())) == {"CUSTOMER"}
+
+
+@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
+def test_the_apps_own_span_leaves_redacted_through_our_configurator_on_every_sdk(
+    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str
+) -> None:
+    """The app's own span, on any SDK this plugin supports (1.39 has no exporter factory: the
+    configurator wraps the SDK's processor name instead), with the distro's configurator as the
+    control that the same canaries do leak without ours."""
+    run_instrumented(tmp_path, target, receiver, configurator)
+    assert receiver.wait_for(lambda spans: any(s["name"] == "app-work" for s in spans), timeout=20)
+    (app,) = [span for span in receiver.spans() if span["name"] == "app-work"]
+    if configurator == "mcp_replay":
+        assert leaked(receiver.raw_bytes()) == []
+        assert app["attributes"][t.MCP_SESSION_ID] == session_hash(CANARIES["SESSION"])
+        assert app["attributes"]["app.db.password"] == MASK
+        assert app["attributes"]["app.note"] == f"order for {MASK}"
+    else:
+        assert {"SESSION", "PASSWORD", "CUSTOMER"} <= set(leaked(receiver.raw_bytes()))
 
 
 def test_with_a_declarative_config_file_nothing_is_exported_rather_than_unredacted(

@@ -32,6 +32,7 @@ from tests.redaction.test_redaction_autoinstrument import (
     Target,
     http_client_spans,
     leaked,
+    needs_httpx2_spans,
     run_instrumented,
 )
 
@@ -157,6 +158,7 @@ def warned(stderr: str) -> int:
     return stderr.count(f"set {FIX}")
 
 
+@needs_httpx2_spans
 def test_plugin_installed_first_every_exported_span_is_redacted(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
@@ -166,6 +168,7 @@ def test_plugin_installed_first_every_exported_span_is_redacted(
     assert warned(stderr) == 0
 
 
+@needs_httpx2_spans
 def test_distro_installed_first_the_plugin_warns_once_naming_the_fix(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
@@ -176,6 +179,7 @@ def test_distro_installed_first_the_plugin_warns_once_naming_the_fix(
     assert "OTLPSpanExporter" in stderr
 
 
+@needs_httpx2_spans
 def test_whatever_the_install_order_secrets_stay_home_or_the_plugin_says_so(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:

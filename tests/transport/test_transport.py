@@ -13,6 +13,7 @@ import json
 import random
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from importlib.metadata import version
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from packaging.version import Version
 
 from conftest import Telemetry, attempt_spans, declared, leaves, records, refused, refused_call, the_record
 from harness.client import ERAS, Client, McpError, http, is_error, types
@@ -649,6 +651,10 @@ async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, ins
 # -- one tree with the SDK's spans and the HTTP client instrumentor's --
 
 
+@pytest.mark.skipif(
+    LINE == 2 and Version(version("opentelemetry-instrumentation-httpx")) < Version("0.65b0"),
+    reason="the httpx2 instrumentor comes with opentelemetry-instrumentation-httpx 0.65b0",
+)
 async def test_one_tree_with_the_sdk_span_and_the_httpx2_instrumentor(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:

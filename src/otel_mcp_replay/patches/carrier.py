@@ -27,6 +27,19 @@ from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 
+class StreamProxy(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """A proxy of an anyio stream that `async with` enters as itself: wrapt 1.x's ObjectProxy (the
+    one opentelemetry-instrumentation < 0.62 allows) proxies no async protocol, and mcp 2.x's
+    dispatcher enters its write stream."""
+
+    async def __aenter__(self) -> Any:
+        await self.__wrapped__.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self.__wrapped__.__aexit__(*exc)
+
+
 class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """A session's write stream: each message sent during a call is remembered with it, and a tool
     call's request by its (id, tool) too, for the legacy SSE transport's POSTs."""
@@ -144,7 +157,7 @@ async def handle_post_request(
     return await wrapped(*args, **kwargs)
 
 
-class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+class _Delivering(StreamProxy):
     """The transport's end of that stream: the call of each message it takes becomes current, and
     instrumentation is suppressed while it takes one its sender sent suppressed (as 2.x's SDK sends
     each message under its sender's whole context)."""
@@ -153,13 +166,6 @@ class _Delivering(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         super().__init__(wrapped)
         self._self_rt = rt
         self._self_suppressing: Any = None  # the suppression entered for the last message, if any
-
-    async def __aenter__(self) -> _Delivering:
-        await self.__wrapped__.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> Any:
-        return await self.__wrapped__.__aexit__(*exc)
 
     def __aiter__(self) -> _Delivering:
         return self

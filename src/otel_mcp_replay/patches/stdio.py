@@ -8,16 +8,15 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import wrapt
-
 from otel_mcp_replay.call import CURRENT_CALL
 from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.patches.carrier import StreamProxy
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
 _REQUEST: Any = LINE.jsonrpc_request()
 
 
-class _OutboundWatch(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+class _OutboundWatch(StreamProxy):
     async def send(self, item: Any) -> None:
         message: Any = getattr(item, "message", None)
         message = getattr(message, "root", message)  # 1.x wraps it in a RootModel

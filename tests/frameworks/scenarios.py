@@ -1,0 +1,59 @@
+"""What the framework tests that live in environments of their own share (test_adk.py,
+test_strands.py): the calls they make, the app's declaration, and the server's transport.
+It imports no framework: each of those files runs only where its framework is installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from harness.server import ServerHandle
+from otel_mcp_replay import telemetry as t
+
+# Generous: a call that hangs fails the test in 20 s instead of holding the run.
+DEADLINE_S = 20
+SEARCH = ("search", {"query": "q"})
+EMAIL = ("send_email", {"to": "ops@example.com", "body": "hello"})
+SEARCH_RESULT = "3 results for 'q'"
+# The plugin's words for a changing call cut after it ran, and for its repeat refused.
+MAY_HAVE_RUN = "may have run on the server"
+NOT_SENT = "was not sent: the same call failed moments ago"
+
+
+def declared(server: ServerHandle, tools: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    """An app-authorized declaration for the URL the app connects to (for SSE, the /sse URL)."""
+    return {server.url: {"policy": "app-authorized", "tools": tools, **settings}}
+
+
+def is_sse(server: ServerHandle) -> bool:
+    return server.app_kind == "sse"
+
+
+def posted_status(server: ServerHandle) -> int:
+    """The status of an accepted POST: SSE accepts a message with 202 and answers on the stream."""
+    return 202 if is_sse(server) else 200
+
+
+def scope_of(span: ReadableSpan) -> str:
+    return span.instrumentation_scope.name if span.instrumentation_scope is not None else ""
+
+
+def call_span_and_ancestry(
+    spans: list[ReadableSpan], tool: str
+) -> tuple[ReadableSpan, list[tuple[str, str]]]:
+    """The plugin's one call span of `tool`, and the (name, scope) of it and each of its ancestors."""
+    ours = [s for s in spans if s.name == f"tools/call {tool}" and scope_of(s) == t.INSTRUMENTATION_NAME]
+    assert len(ours) == 1, [(s.name, scope_of(s)) for s in spans]
+    by_id = {s.context.span_id: s for s in spans}
+    chain: list[tuple[str, str]] = []
+    node: ReadableSpan | None = ours[0]
+    while node is not None:
+        chain.append((node.name, scope_of(node)))
+        node = by_id.get(node.parent.span_id) if node.parent is not None else None
+    return ours[0], chain
+
+
+def children_of(spans: list[ReadableSpan], parent: ReadableSpan) -> set[tuple[str, str]]:
+    span_id = parent.context.span_id
+    return {(s.name, scope_of(s)) for s in spans if s.parent is not None and s.parent.span_id == span_id}
