@@ -18,15 +18,16 @@ from pathlib import Path
 
 from benchmarks._common import REPO, Section, machine, render_section
 
-SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction")
+SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction", "opcodes")
 TIMEOUT_S = {
-    "overhead": 420,
+    "overhead": 600,
     "cpu": 300,
     "retry": 120,
     "memory": 300,
     "redaction": 120,
     "hostile": 600,
     "hostile_redaction": 300,
+    "opcodes": 180,
 }
 RESULTS = REPO / "benchmarks" / "results" / "latest.md"
 
