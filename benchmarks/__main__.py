@@ -18,9 +18,19 @@ from pathlib import Path
 
 from benchmarks._common import REPO, Section, machine, render_section
 
-SECTIONS = ("overhead", "cpu", "retry", "memory", "redaction", "hostile", "hostile_redaction", "guard_store")
+SECTIONS = (
+    "overhead",
+    "cpu",
+    "retry",
+    "memory",
+    "redaction",
+    "hostile",
+    "hostile_redaction",
+    "guard_store",
+    "opcodes",
+)
 TIMEOUT_S = {
-    "overhead": 420,
+    "overhead": 600,
     "cpu": 300,
     "retry": 120,
     "memory": 300,
@@ -28,6 +38,7 @@ TIMEOUT_S = {
     "hostile": 600,
     "hostile_redaction": 300,
     "guard_store": 300,
+    "opcodes": 180,
 }
 RESULTS = REPO / "benchmarks" / "results" / "latest.md"
 

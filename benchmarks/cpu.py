@@ -13,18 +13,17 @@ top 15 entries of otel_mcp_replay by cumulative time, and the extra CPU of the i
 the plain one by package. cProfile slows Python code several-fold: read its figures as shares.
 
 Last, what no background load can blur: the Python opcodes the loop thread executes per call
-(sys.settrace), for each arm and for the telemetry floor (benchmarks/_floor.py: only the SDK calls
-the contract asks of a clean call, the least any implementation of the contract adds).
+(sys.settrace, counted as benchmark 9 counts them), for each arm and for the telemetry floor
+(benchmarks/_floor.py: only the SDK calls the contract asks of a clean call, the least any
+implementation of the contract adds).
 """
 
 from __future__ import annotations
 
 import cProfile
 import pstats
-import sys
 import time
 from collections import defaultdict
-from types import FrameType
 from typing import Any
 
 import anyio
@@ -39,6 +38,7 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from benchmarks._common import NoopExporter, Section, declared, median, section_main, server_process
 from benchmarks._floor import telemetry_floor
+from benchmarks.opcodes import opcodes_per_call
 from otel_mcp_replay import McpReplayInstrumentor
 
 ARMS = ("plain", "instrumented", "instrumented, no-op telemetry")
@@ -97,10 +97,10 @@ async def _run(quick: bool) -> Section:
                 opcodes = {}
                 for arm in ARMS:
                     switch(arm)
-                    opcodes[arm] = await _opcodes_per_call(client, counted)
+                    opcodes[arm] = (await opcodes_per_call(client, counted)).total
                 switch(ARMS[0])
                 with telemetry_floor(tracer_provider, meter_provider):
-                    opcodes[FLOOR] = await _opcodes_per_call(client, counted)
+                    opcodes[FLOOR] = (await opcodes_per_call(client, counted)).total
         finally:
             if plugin.is_instrumented_by_opentelemetry:
                 plugin.uninstrument()
@@ -146,25 +146,6 @@ def _add_opcodes(section: Section, opcodes: dict[str, float]) -> None:
     section.add("  the SDK's work for the plugin (instrumented - no-op)", f"{sdk:+,.0f} ({sdk / plain:+.1%})")
     floor = opcodes[FLOOR] - plain
     section.add("  the contract's telemetry alone (floor - plain)", f"{floor:+,.0f} ({floor / plain:+.1%})")
-
-
-async def _opcodes_per_call(client: Client, calls: int) -> float:
-    executed = 0
-
-    def count(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal executed
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            executed += 1
-        return count
-
-    await _calls(client, 5)  # not counted: the first calls after a switch
-    sys.settrace(count)
-    try:
-        await _calls(client, calls)
-    finally:
-        sys.settrace(None)
-    return executed / calls
 
 
 async def _calls(client: Client, calls: int) -> None:

@@ -200,8 +200,8 @@ def validate_record(raw: object) -> dict[str, AttributeValue] | None:
         return None
 
 
-def _refused(key: str, given: dict[object, object]) -> RecordRefused:
-    return RecordRefused(key if key in given else f"{key} (missing)")
+def _refused(key: str, given: dict[object, object] | None) -> RecordRefused:
+    return RecordRefused(key if given is None or key in given else f"{key} (missing)")
 
 
 def _read(raw: object) -> dict[str, AttributeValue]:
@@ -212,42 +212,40 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     if not all(map(is_, map(type, given), repeat(str))) or not _KNOWN_KEYS.issuperset(given):
         raise RecordRefused("an unknown key")
     get = given.get
+    return _checked(given, *[get(key, _MISSING) for key in t.RECORD_KEYS])
+
+
+def _checked(given: dict[object, object] | None, *values: object) -> dict[str, AttributeValue]:
+    """The record of `values` (in telemetry.RECORD_KEYS' order) as a fresh dict, every value checked;
+    `given` is the mapping they were read from (None: build_record's own arguments, none missing)."""
+    (policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round) = values[
+        :10
+    ]
     # The scalars, in the allow-list's order: the first one at fault (or missing) names the refusal.
-    policy = get(t.POLICY, _MISSING)
     if type(policy) is not str or policy not in _POLICY_WORDS:
         raise _refused(t.POLICY, given)
-    sent = get(t.SENT, _MISSING)
     if not _count(sent):
         raise _refused(t.SENT, given)
-    effect = get(t.EFFECT, _MISSING)
     if type(effect) is not str or effect not in _WORDS_EFFECT:
         raise _refused(t.EFFECT, given)
-    verdict = get(t.VERDICT, _MISSING)
     if type(verdict) is not str or verdict not in _VERDICT_WORDS:
         raise _refused(t.VERDICT, given)
-    may_have_run = get(t.MAY_HAVE_RUN, _MISSING)
     if type(may_have_run) is not bool:
         raise _refused(t.MAY_HAVE_RUN, given)
-    endpoint = get(t.ENDPOINT, _MISSING)
     if not is_endpoint(endpoint):
         raise _refused(t.ENDPOINT, given)
-    omitted = get(t.OMITTED, _MISSING)
     if not _count(omitted):
         raise _refused(t.OMITTED, given)
-    tool = get(t.GEN_AI_TOOL_NAME, _MISSING)
     if not is_sane_text(tool):
         raise _refused(t.GEN_AI_TOOL_NAME, given)
-    request_id = get(t.JSONRPC_REQUEST_ID, _MISSING)
     if not is_sane_text(request_id, allow_empty=False):
         raise _refused(t.JSONRPC_REQUEST_ID, given)
-    call_round = get(t.ROUND, _MISSING)
     if not _count(call_round) or not call_round:  # 1 for the first round: never 0
         raise _refused(t.ROUND, given)
     # The columns, in order: a plain tuple or list each, all of one length, every cell checked.
     columns: list[tuple[object, ...]] = []
     rows = -1
-    for key, check in _COLUMN_CHECKS:
-        column = get(key, _MISSING)
+    for (key, check), column in zip(_COLUMN_CHECKS, values[10:], strict=True):
         if type(column) is not tuple and type(column) is not list:
             raise _refused(key, given)
         cells = tuple(column)  # exact tuple or list: the interpreter iterates it, no filer code runs
@@ -261,9 +259,7 @@ def _read(raw: object) -> dict[str, AttributeValue]:
             raise RecordRefused(key)
         columns.append(cells)
     # A fresh dict in the allow-list's order, holding only what was checked above.
-    record = _in_order(
-        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
-    )
+    record = _in_order(*values[:10], *columns)
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
 
@@ -299,10 +295,21 @@ def build_record(
         raise RecordRefused("rows (not AttemptRow)")
     # Rows to columns with one transpose in C (each row is exactly our own named tuple).
     columns = tuple(zip(*listed, strict=True)) or _NO_ROWS
-    record = _in_order(
-        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
+    # Checked as _read checks a record, straight from the arguments: no dict to copy and read back.
+    return _checked(
+        None,
+        policy,
+        sent,
+        effect,
+        verdict,
+        may_have_run,
+        endpoint,
+        omitted,
+        tool,
+        request_id,
+        call_round,
+        *columns,
     )
-    return _read(record)
 
 
 class Vouches:

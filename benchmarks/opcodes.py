@@ -1,0 +1,152 @@
+"""9. Python opcodes per clean call: the plugin's price in bytecode, exact from run to run.
+
+What no background load can blur: every Python bytecode instruction the calling thread executes
+during a clean `tools/call` (sys.settrace with `frame.f_trace_opcodes`: the tracer's opcode events;
+the BatchSpanProcessor's worker would run in another thread, so spans end in a SimpleSpanProcessor
+here and their export is counted too, to an exporter that drops them). The arms of benchmark 1
+(plain, peer, plugin, both; `overhead.ArmSwitch`), 20 calls each after 5 that are not counted, with
+the tracing and metrics SDKs live. The figures: each arm's opcodes per call, what the peer and the
+plugin add over plain, their ratio (issue 23's goal: the plugin at most 0.75 of the peer), and the
+plugin's own opcodes (those executed in frames of otel_mcp_replay's modules). Then the same arms
+with redaction in the export path (`SimpleSpanProcessor(RedactingSpanExporter(exporter))`: every
+span of the process redacted in the calling thread, so its opcodes are counted as well).
+
+C work (sockets, pydantic-core's validation, JSON scanning, the SDK's C helpers) is not in these
+counts: benchmark 1 weighs the CPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import anyio
+from mcp import Client
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from benchmarks._common import NoopExporter, Section, declared, section_main, server_process
+from benchmarks.overhead import ArmSwitch, SwitchedProcessor
+from otel_mcp_replay import RedactingSpanExporter
+
+TARGET_RATIO = 0.75  # plugin-added opcodes at most this share of the peer's (issue 23)
+CALLS = 20
+SETTLE = 5
+ARMS = ("plain", "peer", "plugin", "both")
+REDACTED = " (redaction on)"
+OURS = "/otel_mcp_replay/"  # a frame of the plugin: its code's file is in this package
+
+
+@dataclass
+class Opcodes:
+    """Opcodes per call in the calling thread: all of them, and those in the plugin's frames."""
+
+    total: float
+    own: float
+
+
+async def opcodes_per_call(client: Client, calls: int, settle: int = SETTLE) -> Opcodes:
+    """`calls` clean calls of `search` on `client`, counted after `settle` that are not."""
+    total = own = 0
+
+    def count(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal total, own
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            total += 1
+            if OURS in frame.f_code.co_filename:
+                own += 1
+        return count
+
+    await search_calls(client, settle)  # the first calls after a switch fill caches
+    gc.collect()
+    gc.disable()  # a collection's finalizers would run Python code at a moment no call decides
+    sys.settrace(count)
+    try:
+        await search_calls(client, calls)
+    finally:
+        sys.settrace(None)
+        gc.enable()
+    return Opcodes(total / calls, own / calls)
+
+
+async def search_calls(client: Client, calls: int) -> None:
+    for i in range(calls):
+        result = await client.call_tool("search", {"query": f"q{i}"})
+        if result.is_error:
+            raise RuntimeError("the clean path met an error")
+
+
+def run(quick: bool) -> Section:
+    return anyio.run(_run, quick)
+
+
+async def _run(quick: bool) -> Section:
+    section = Section("9. Python opcodes per clean call (exact: no load blurs them)")
+    exporter = NoopExporter()
+    export_path = SwitchedProcessor(SimpleSpanProcessor(exporter))
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(export_path)
+    trace.set_tracer_provider(tracer_provider)
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    counted: dict[str, Opcodes] = {}
+    redacted: dict[str, Opcodes] = {}
+    with server_process() as url:
+        switch = ArmSwitch(
+            {"tracer_provider": tracer_provider, "meter_provider": meter_provider, "servers": declared(url)}
+        )
+        try:
+            async with Client(url) as client:
+                for arm in ARMS:
+                    switch(arm)
+                    counted[arm] = await opcodes_per_call(client, CALLS)
+                export_path.inner = SimpleSpanProcessor(RedactingSpanExporter(exporter))
+                for arm in ARMS:
+                    switch(arm)
+                    redacted[arm] = await opcodes_per_call(client, CALLS)
+        finally:
+            switch.off()
+    tracer_provider.shutdown()
+    report(section, counted)
+    report(section, redacted, REDACTED)
+    section.notes.append(
+        f"{CALLS} clean calls per arm (after {SETTLE} not counted), one Client for every arm; spans "
+        "to SimpleSpanProcessor(exporter that drops them), an SDK MeterProvider; declaration: "
+        "app-authorized, search repeated on throttle and network. --quick changes nothing here: "
+        "the count is exact."
+    )
+    return section
+
+
+def report(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> None:
+    plain = counted["plain"].total
+    added = {arm: counted[arm].total - plain for arm in ARMS[1:]}
+    section.add(f"opcodes per call, plain{suffix}", f"{plain:,.0f}")
+    for arm in ARMS[1:]:
+        section.add(
+            f"opcodes per call, {arm}{suffix}; added over plain",
+            f"{counted[arm].total:,.0f}; {added[arm]:+,.0f}",
+        )
+    ratio = added["plugin"] / added["peer"]
+    section.add(
+        f"plugin-added / peer-added opcodes per call{suffix}",
+        f"{ratio:.3f}",
+        target=f"<= {TARGET_RATIO}",
+        met=ratio <= TARGET_RATIO,
+    )
+    section.add(
+        f"(plugin + peer)-added / peer-added opcodes per call{suffix}", f"{added['both'] / added['peer']:.3f}"
+    )
+    # With redaction on, otel_mcp_replay's frames redact every span, the plain arm's too.
+    own = ", ".join(f"{arm} {counted[arm].own:,.0f}" for arm in ARMS if counted[arm].own or arm != "plain")
+    section.add(f"the plugin's own opcodes per call (in otel_mcp_replay frames){suffix}", own)
+
+
+if __name__ == "__main__":
+    raise SystemExit(section_main(run))
