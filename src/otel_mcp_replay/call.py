@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
+from otel_mcp_replay.endpoints import UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import confirmed
 from otel_mcp_replay.law import (
@@ -229,7 +230,7 @@ class ToolCall:
     # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under:
     request_id: object = None
     declaration: Declaration | None = None
-    endpoint = "unknown"  # the declared label, else the origin: never a path
+    endpoint = UNKNOWN_ENDPOINT  # the declared label, else the origin: never a path
     attempt: Attempt | None = None  # the open one
     attempts = 0
     final_error: BaseException | None = None  # the transport error of the last unanswered attempt
@@ -471,7 +472,9 @@ class ToolCall:
         in-process): one attempt, never repeated, as it ran."""
         if self.request_id is None and verdict == "failed":
             known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
-            self.declaration, self.endpoint = known if known is not None else (COMPATIBILITY, "unknown")
+            if known is None:
+                known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
+            self.declaration, self.endpoint = known
             self.request_id = "unknown"
             self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: self.declaration.policy})
             return

@@ -129,7 +129,7 @@ async def send(
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
         if call is not None and _is_this_call(call, body):
             return await _tool_series(
-                rt, http, call, instance, request, url, body, declaration, exchange_once, sse, streamable
+                rt, http, call, request, url, body, declaration, exchange_once, sse, streamable
             )
         # A tools/call outside call_tool (send_request, or a call begun before instrument()):
         # the law still holds for it, with nothing recorded.
@@ -201,7 +201,6 @@ async def _tool_series(
     rt: Runtime,
     http: HttpClient,
     call: ToolCall,
-    client: Any,
     request: Any,
     url: str,
     body: dict[str, Any],
