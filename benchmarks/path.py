@@ -71,8 +71,10 @@ async def profiled_call(client: Client) -> Path:
         if event == "call":
             module = _module_of(frame)
             if module is not None:
-                # A call back: entering a plugin module that is on the stack already, from another.
-                if path.modules and path.modules[-1] != module and module in stack:
+                # A call back: from a frame of another plugin module into one that is already on the
+                # stack below it (e.g. a loop calling a closure the seam handed down).
+                caller = next((m for m in reversed(stack) if m is not None), None)
+                if caller is not None and caller != module and module in stack:
                     path.callbacks += 1
                 if not path.modules or path.modules[-1] != module:
                     path.modules.append(module)

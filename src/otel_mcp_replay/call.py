@@ -34,8 +34,6 @@ from otel_mcp_replay.law import (
     Answer,
     Outcome,
     Permission,
-    RequestFacts,
-    SeriesKnowledge,
     classify,
 )
 from otel_mcp_replay.lines import LINE
@@ -50,6 +48,114 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 )
 
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
+
+
+class SeriesKnowledge:
+    """What is known of a whole series' effect, one attempt at a time.
+
+    Uncertainty survives: once any attempt is `unknown`, the series is, whatever later attempts
+    show. Evidence that something ran (`applied`) is never erased by a later failure.
+    """
+
+    __slots__ = ("_applied", "_unknown")
+
+    def __init__(self) -> None:
+        self._unknown = False
+        self._applied = False
+
+    def note(self, effect: Effect) -> None:
+        if effect == "unknown":
+            self._unknown = True
+        elif effect == "applied":
+            self._applied = True
+        elif effect != "none":
+            raise ValueError("an effect is none, unknown or applied")
+
+    @property
+    def effect(self) -> Effect:
+        if self._unknown:
+            return "unknown"
+        return "applied" if self._applied else "none"
+
+
+class RequestFacts:
+    """One `tools/call` request's replay facts (the spec's RequestReplay), shared by the series that
+    sends it, the ledger that watches for its answer, and the call that waits for it.
+
+    Two layers kept apart: the series sees HTTP (whether an attempt got any response, the status
+    it delivered); the ledger sees the JSON-RPC answer to this request's id. Each fact is written
+    once by its owner; for the delivered status and the settlement, the first word stands.
+    Not thread-safe: one request's owners take turns on one event loop.
+    """
+
+    __slots__ = (
+        "_answered",
+        "_delivered",
+        "_may_have_run",
+        "_sent",
+        "_unanswered",
+        "_verdict",
+        "app_authorized",
+    )
+
+    def __init__(self, *, app_authorized: bool = False) -> None:
+        self._sent = 0
+        self.app_authorized = app_authorized  # the series runs under that policy
+        self._unanswered = False
+        self._delivered: int | None = None
+        self._answered = False
+        self._verdict: CallVerdict | None = None
+        self._may_have_run = False
+
+    def sent_one(self) -> None:
+        """The series sent the request once more."""
+        self._sent += 1
+
+    def no_answer(self) -> None:
+        """The series: an attempt got no response at all. A received refusal is never this."""
+        self._unanswered = True
+
+    def delivered_status(self, status: int) -> None:
+        """The series handed the MCP SDK a response with this status. The first word stands."""
+        if self._delivered is None:
+            self._delivered = status
+
+    def answered(self) -> None:
+        """The ledger: the JSON-RPC response to this request's id arrived."""
+        self._answered = True
+
+    def settle(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        """The call settled. `may_have_run` only with `failed`. The first word stands."""
+        if may_have_run and verdict != "failed":
+            raise ValueError("only a failed call may have run")
+        if self._verdict is None:
+            self._verdict = verdict
+            self._may_have_run = may_have_run
+
+    @property
+    def sent(self) -> int:
+        return self._sent
+
+    @property
+    def accepted_without_answer(self) -> bool:
+        """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
+        return self._delivered is not None and 200 <= self._delivered < 300 and not self._answered
+
+    @property
+    def uncertain(self) -> bool:
+        """Under `app-authorized`: the call genuinely lacked an answer somewhere (an attempt got no
+        response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
+        A chain of received refusals and errors is an answer throughout: it keeps the server's error.
+        """
+        return self.app_authorized and (self._unanswered or self.accepted_without_answer)
+
+    @property
+    def verdict(self) -> CallVerdict | None:
+        return self._verdict
+
+    @property
+    def may_have_run(self) -> bool:
+        return self._may_have_run
 
 
 class Attempt:

@@ -7,12 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.call import RequestFacts, SeriesKnowledge
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
     Outcome,
-    RequestFacts,
-    SeriesKnowledge,
     classify,
 )
 from otel_mcp_replay.telemetry import Effect

@@ -29,11 +29,13 @@ from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
+    BUDGET,
     NO_RESPONSE,
     NOT_SENT,
     PROTOCOL,
     Answer,
     Outcome,
+    Permission,
     Reply,
     Target,
     classify,
@@ -42,7 +44,7 @@ from otel_mcp_replay.law import (
 from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
-from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
+from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
@@ -136,27 +138,31 @@ async def send(
         target = target_of(body, declaration)
     if sse is None and not streamable:
         return await exchange_once()
-    last: list[Any] = []  # the latest response: released before the next attempt is sent
+    # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
+    policy = _policy(rt, declaration, target, url)
+    latest: Any = None
+    while True:
+        if latest is not None:
+            await latest.aclose()  # released before the next attempt is sent
+        latest = await exchange_once()  # a transport error is the SDK's, as it always was
+        decision, policy = policy.after(await _protocol_outcome(declaration, latest), rt.rng)
+        if not isinstance(decision, Wait):
+            return latest
+        await anyio.sleep(decision.ms / 1000)
 
-    async def exchange() -> Outcome:
-        if last:
-            await last.pop().aclose()
-        response = await exchange_once()  # a transport error is the SDK's, as it always was
-        last.append(response)
-        status = int(response.status_code)
-        # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
-        busy = (
-            status != 429
-            and declaration.adapter is not None
-            and await _session_busy(declaration.adapter, response)
-        )
-        if status != 429 and not busy:
-            return Outcome(status, None, "unknown")
-        retry_after = response.headers.get("retry-after")
-        return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
-    await run_series(_policy(rt, declaration, target, url), rt.rng, exchange, _sleep, NoLog())
-    return last[0]
+async def _protocol_outcome(declaration: Declaration, response: Any) -> Outcome:
+    """What a protocol request's response came to: only a throttle or a busy session fails it."""
+    status = int(response.status_code)
+    busy = (
+        status != 429
+        and declaration.adapter is not None
+        and await _session_busy(declaration.adapter, response)
+    )
+    if status != 429 and not busy:
+        return Outcome(status, None, "unknown")
+    retry_after = response.headers.get("retry-after")
+    return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
 
 def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
@@ -245,47 +251,35 @@ async def _tool_series(
         key = (id(sse), body["id"])
         rt.sse_waiting[key] = call
         call.when_ended(lambda: rt.sse_waiting.pop(key, None))
+    # One loop, read at once: open the attempt (its span), send it, classify what came back, ask the
+    # policy, wait; the attempt ends (span, row) as the policy's word on it is told (`decided`).
+    policy = _policy(rt, declaration, target, url)
+    watch_body = streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
+    permission: Permission | None = None
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
-    last: list[Any] = [None, None]
-
-    async def exchange() -> Outcome:
-        attempt = call.attempt
-        assert attempt is not None  # the series opened it
-        if last[0] is not None:
-            await last[0].aclose()  # a response that will not be delivered
-        attempt_context = call.attempt_context()
-        token = otel_context.attach(attempt_context) if attempt_context is not None else None
-        try:
-            outcome, last[0], last[1] = await _tool_exchange(
-                http, exchange_once, request, attempt, declaration, watch_body=streamable and sse is None
-            )
-        except BaseException:  # the caller gave up (or the client failed) mid-exchange
-            attempt.abandon()
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-        if 300 <= outcome.status < 400 and _followed(last[0], request):
-            attempt.redirected(outcome.status)
-            return outcome
-        if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
-            # A POST cut after the server took it: its answer may come on the stream all the same.
-            answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
-            if answer is not None:  # it is the answer, whichever was told first
-                outcome = outcome.after_stream(answer)
-                last[0], last[1] = http.module.Response(202, request=request), None
-        attempt.exchanged(outcome, last[1])
-        return outcome
-
+    response: Any = None
+    error: BaseException | None = None
     try:
-        final = await run_series(
-            _policy(rt, declaration, target, url), rt.rng, exchange, call.wait_unless_abandoned, call
-        )
+        while True:
+            attempt = call.opened(permission)
+            if response is not None:
+                await response.aclose()  # a response that will not be delivered
+            final, response, error = await _attempt(
+                http, call, attempt, request, exchange_once, declaration, sse, watch_body
+            )
+            decision, policy = policy.after(final, rt.rng)
+            if not isinstance(decision, Wait):
+                attempt.decided(0, None if decision is None else decision.reason)
+                break
+            if not await call.wait_unless_abandoned(decision.ms):
+                attempt.decided(0, BUDGET.reason)
+                break
+            attempt.decided(decision.ms, None)
+            permission = decision.permission
     except BaseException:
         if key is not None:
             rt.sse_waiting.pop(key, None)
         raise
-    response, error = last
     if call.abandoned and streamable and key is None and response is not None and response.status_code >= 300:
         # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
         # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
@@ -311,6 +305,7 @@ async def _tool_series(
         call.stop(RefusedError(response.status_code))
         return http.module.Response(202, request=request)
     if response is None:
+        assert error is not None  # an attempt without a response raised
         raise error
     return response
 
@@ -337,6 +332,42 @@ def _followed(response: Any, request: Any) -> bool:
     """A redirect the client follows with the same request (307/308): the next hop is this attempt."""
     next_request = getattr(response, "next_request", None)
     return next_request is not None and next_request.method == request.method
+
+
+async def _attempt(
+    http: HttpClient,
+    call: ToolCall,
+    attempt: Attempt,
+    request: Any,
+    exchange_once: Callable[[], Awaitable[Any]],
+    declaration: Declaration,
+    sse: SseStream | None,
+    watch_body: bool,
+) -> tuple[Outcome, Any, BaseException | None]:
+    """Send one attempt, under its span, to what it came to: its outcome, its response, its error."""
+    attempt_context = call.attempt_context()
+    token = otel_context.attach(attempt_context) if attempt_context is not None else None
+    try:
+        outcome, response, error = await _tool_exchange(
+            http, exchange_once, request, attempt, declaration, watch_body=watch_body
+        )
+    except BaseException:  # the caller gave up (or the client failed) mid-exchange
+        attempt.abandon()
+        raise
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+    if 300 <= outcome.status < 400 and _followed(response, request):
+        attempt.redirected(outcome.status)
+        return outcome, response, error
+    if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
+        # A POST cut after the server took it: its answer may come on the stream all the same.
+        answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
+        if answer is not None:  # it is the answer, whichever was told first
+            outcome = outcome.after_stream(answer)
+            response, error = http.module.Response(202, request=request), None
+    attempt.exchanged(outcome, error)
+    return outcome, response, error
 
 
 async def _tool_exchange(
@@ -457,11 +488,6 @@ async def _session_busy(adapter: str, response: Any) -> bool:
             return b""
 
     return await recognises_session_busy(adapter, response.status_code, response.headers, body)
-
-
-async def _sleep(delay_ms: int) -> bool:
-    await anyio.sleep(delay_ms / 1000)
-    return True
 
 
 def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: str) -> Any:
