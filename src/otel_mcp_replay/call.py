@@ -27,7 +27,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.endpoints import UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
-from otel_mcp_replay.guard import confirmed
+from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
@@ -357,7 +357,7 @@ class ToolCall:
         self.tool = tool
         self.session = session
         # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
-        if confirmed():
+        if CONFIRMED.get():
             self.repeat_confirmed = True
         if app_call is None:
             self.span = _call_span(runtime, tool)
@@ -406,11 +406,6 @@ class ToolCall:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
         name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
         return self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
-
-    def attempt_context(self) -> Context | None:
-        """The context that makes the open attempt's span the parent of the HTTP client's span."""
-        attempt = self.attempt
-        return None if attempt is None else trace.set_span_in_context(attempt.span)
 
     def answered(self, kind: Answer) -> None:
         """The answer to this call's request was seen on the connection's own stream (SSE)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
@@ -129,13 +130,17 @@ async def send(
 
     target = PROTOCOL
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
-        if call is not None and _is_this_call(call, body):
+        target = target_of(body, declaration)  # the body read once: its tool, its key
+        if (
+            call is not None
+            and target.tool == call.tool
+            and (call.declaration is None or call.request_id == body["id"])
+        ):
             return await _tool_series(
-                rt, http, call, request, url, body, declaration, exchange_once, sse, streamable
+                rt, http, call, request, url, body, declaration, target, exchange_once, sse, streamable
             )
         # A tools/call outside call_tool (send_request, or a call begun before instrument()):
         # the law still holds for it, with nothing recorded.
-        target = target_of(body, declaration)
     if sse is None and not streamable:
         return await exchange_once()
     # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
@@ -186,14 +191,6 @@ def _json_body(http: HttpClient, request: Any) -> object:
     return json_message(content)
 
 
-def _is_this_call(call: ToolCall, body: dict[str, Any]) -> bool:
-    params = body.get("params")
-    name = params.get("name") if type(params) is dict else None
-    if name != call.tool:
-        return False
-    return call.declaration is None or call.request_id == body["id"]
-
-
 def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> ReplayPolicy:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
     endpoint_budget = rt.budgets.for_endpoint(rt.origin(url))
@@ -211,13 +208,15 @@ async def _tool_series(
     url: str,
     body: dict[str, Any],
     declaration: Declaration,
+    target: Target,
     exchange_once: Callable[[], Awaitable[Any]],
     sse: SseStream | None,
     streamable: bool,
 ) -> Any:
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
-    target = target_of(body, declaration)
+        target = target_of(body, declaration)  # its key, as that declaration names it
+    policy = _policy(rt, declaration, target, url)
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
@@ -253,7 +252,6 @@ async def _tool_series(
         call.when_ended(lambda: rt.sse_waiting.pop(key, None))
     # One loop, read at once: open the attempt (its span), send it, classify what came back, ask the
     # policy, wait; the attempt ends (span, row) as the policy's word on it is told (`decided`).
-    policy = _policy(rt, declaration, target, url)
     watch_body = streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
     permission: Permission | None = None
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
@@ -265,9 +263,10 @@ async def _tool_series(
             if response is not None:
                 await response.aclose()  # a response that will not be delivered
             final, response, error = await _attempt(
-                http, call, attempt, request, exchange_once, declaration, sse, watch_body
+                http, attempt, request, exchange_once, declaration, sse, watch_body
             )
             decision, policy = policy.after(final, rt.rng)
+            attempt.exchanged(final, error)  # a no-op for a redirect the client follows
             if not isinstance(decision, Wait):
                 attempt.decided(0, None if decision is None else decision.reason)
                 break
@@ -336,7 +335,6 @@ def _followed(response: Any, request: Any) -> bool:
 
 async def _attempt(
     http: HttpClient,
-    call: ToolCall,
     attempt: Attempt,
     request: Any,
     exchange_once: Callable[[], Awaitable[Any]],
@@ -344,9 +342,8 @@ async def _attempt(
     sse: SseStream | None,
     watch_body: bool,
 ) -> tuple[Outcome, Any, BaseException | None]:
-    """Send one attempt, under its span, to what it came to: its outcome, its response, its error."""
-    attempt_context = call.attempt_context()
-    token = otel_context.attach(attempt_context) if attempt_context is not None else None
+    """Send one attempt, under its span: what it came to (its outcome, its response, its error)."""
+    token = otel_context.attach(trace.set_span_in_context(attempt.span))  # the HTTP client's span's parent
     try:
         outcome, response, error = await _tool_exchange(
             http, exchange_once, request, attempt, declaration, watch_body=watch_body
@@ -355,8 +352,7 @@ async def _attempt(
         attempt.abandon()
         raise
     finally:
-        if token is not None:
-            otel_context.detach(token)
+        otel_context.detach(token)
     if 300 <= outcome.status < 400 and _followed(response, request):
         attempt.redirected(outcome.status)
         return outcome, response, error
@@ -366,7 +362,6 @@ async def _attempt(
         if answer is not None:  # it is the answer, whichever was told first
             outcome = outcome.after_stream(answer)
             response, error = http.module.Response(202, request=request), None
-    attempt.exchanged(outcome, error)
     return outcome, response, error
 
 
