@@ -80,21 +80,20 @@ class SeriesKnowledge:
 
 class RequestFacts:
     """One `tools/call` request's replay facts (the spec's RequestReplay), shared by the series that
-    sends it, the ledger that watches for its answer, and the call that waits for it.
+    sends it, the answer watcher (answers.py) that watches for its answer, and the call that waits
+    for it.
 
     Two layers kept apart: the series sees HTTP (whether an attempt got any response, the status
-    it delivered); the ledger sees the JSON-RPC answer to this request's id. Each fact is written
-    once by its owner; for the delivered status and the settlement, the first word stands.
+    it delivered); the answer watcher sees the JSON-RPC answer to this request's id. Each fact is written
+    once by its owner; for the delivered status, the first word stands.
     Not thread-safe: one request's owners take turns on one event loop.
     """
 
     __slots__ = (
         "_answered",
         "_delivered",
-        "_may_have_run",
         "_sent",
         "_unanswered",
-        "_verdict",
         "app_authorized",
     )
 
@@ -104,8 +103,6 @@ class RequestFacts:
         self._unanswered = False
         self._delivered: int | None = None
         self._answered = False
-        self._verdict: CallVerdict | None = None
-        self._may_have_run = False
 
     def sent_one(self) -> None:
         """The series sent the request once more."""
@@ -121,16 +118,8 @@ class RequestFacts:
             self._delivered = status
 
     def answered(self) -> None:
-        """The ledger: the JSON-RPC response to this request's id arrived."""
+        """The answer watcher: the JSON-RPC response to this request's id arrived."""
         self._answered = True
-
-    def settle(self, verdict: CallVerdict, may_have_run: bool) -> None:
-        """The call settled. `may_have_run` only with `failed`. The first word stands."""
-        if may_have_run and verdict != "failed":
-            raise ValueError("only a failed call may have run")
-        if self._verdict is None:
-            self._verdict = verdict
-            self._may_have_run = may_have_run
 
     @property
     def sent(self) -> int:
@@ -148,14 +137,6 @@ class RequestFacts:
         A chain of received refusals and errors is an answer throughout: it keeps the server's error.
         """
         return self.app_authorized and (self._unanswered or self.accepted_without_answer)
-
-    @property
-    def verdict(self) -> CallVerdict | None:
-        return self._verdict
-
-    @property
-    def may_have_run(self) -> bool:
-        return self._may_have_run
 
 
 class Attempt:
@@ -541,7 +522,6 @@ class ToolCall:
     def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
         if self.declaration is None:
             self._without_http(verdict)
-        self.facts.settle(verdict, may_have_run)
         declaration = self.declaration or COMPATIBILITY
         effect = self.knowledge.effect
         try:

@@ -165,16 +165,3 @@ def test_the_first_delivered_status_stands() -> None:
     facts.delivered_status(503)
     facts.delivered_status(200)
     assert not facts.accepted_without_answer
-
-
-def test_the_first_settlement_stands() -> None:
-    facts = RequestFacts()
-    assert facts.verdict is None and not facts.may_have_run
-    facts.settle("failed", True)
-    facts.settle("completed", False)
-    assert facts.verdict == "failed" and facts.may_have_run
-
-
-def test_only_a_failed_call_may_have_run() -> None:
-    with pytest.raises(ValueError):
-        RequestFacts().settle("completed", True)

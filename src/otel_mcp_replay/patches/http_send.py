@@ -7,7 +7,7 @@ on mcp 1.x, while a call sent from a task of its own waits (patches/carrier.py),
 also read for its request. A repeat sends the same `Request` again: the same body bytes and
 headers, with the client's auth flow run again for it.
 A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x) and httpx
-(mcp 1.x) alike: what differs is the `HttpClient` bound in with the runtime.
+(mcp 1.x) alike: what differs is the `HttpLibrary` bound in with the runtime.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
+from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
@@ -42,7 +43,6 @@ from otel_mcp_replay.law import (
     classify,
     target_of,
 )
-from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import ReplayPolicy, Wait
@@ -57,7 +57,7 @@ SSE_ANSWER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
-class HttpClient:
+class HttpLibrary:
     """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
 
     module: ModuleType
@@ -71,7 +71,7 @@ class HttpClient:
     @classmethod
     def of(
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
-    ) -> HttpClient:
+    ) -> HttpLibrary:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -84,7 +84,7 @@ class HttpClient:
 
 async def send(
     rt: Runtime,
-    http: HttpClient,
+    http: HttpLibrary,
     wrapped: Callable[..., Awaitable[Any]],
     instance: Any,
     args: tuple[Any, ...],
@@ -181,7 +181,7 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
-def _json_body(http: HttpClient, request: Any) -> object:
+def _json_body(http: HttpLibrary, request: Any) -> object:
     try:
         content = request.content
     except http.module.RequestNotRead:
@@ -202,7 +202,7 @@ def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> 
 
 async def _tool_series(
     rt: Runtime,
-    http: HttpClient,
+    http: HttpLibrary,
     call: ToolCall,
     request: Any,
     url: str,
@@ -334,7 +334,7 @@ def _followed(response: Any, request: Any) -> bool:
 
 
 async def _attempt(
-    http: HttpClient,
+    http: HttpLibrary,
     attempt: Attempt,
     request: Any,
     exchange_once: Callable[[], Awaitable[Any]],
@@ -366,7 +366,7 @@ async def _attempt(
 
 
 async def _tool_exchange(
-    http: HttpClient,
+    http: HttpLibrary,
     exchange_once: Callable[[], Awaitable[Any]],
     request: Any,
     attempt: Attempt,
@@ -416,7 +416,7 @@ async def reached_connection(
     """`AsyncClient._send_single_request`: the one door from the client to its transport, past the
     auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
     re-send). An attempt's request that passes here reached the connection, or tried to: a connection
-    never made is told by its error (`HttpClient.not_sent`)."""
+    never made is told by its error (`HttpLibrary.not_sent`)."""
     exchanging = _EXCHANGING.get()
     if exchanging is None:
         return await wrapped(*args, **kwargs)
@@ -442,7 +442,7 @@ def _same_message(going: Any, request: Any) -> bool:
         return False
 
 
-async def _read_reply(http: HttpClient, response: Any, attempt: Attempt) -> Reply:
+async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Reply:
     """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
     watch an event stream for it as the SDK reads it."""
     content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
@@ -485,7 +485,7 @@ async def _session_busy(adapter: str, response: Any) -> bool:
     return await recognises_session_busy(adapter, response.status_code, response.headers, body)
 
 
-def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: str) -> Any:
+def _synthetic_error(http: HttpLibrary, request: Any, request_id: object, why: str) -> Any:
     """A JSON-RPC error the SDK resolves this one request with, instead of tearing down the session.
 
     Never a server's word. Under app-authorized the call seam turns the call's failure into
