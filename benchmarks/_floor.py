@@ -3,7 +3,7 @@
 docs/contract.md asks, for each tools/call: the call's span, one span per HTTP attempt, the
 `mcp.tool.request_attempts` event (15 keys) on the call's span, and a point on the attempts and
 calls counters. `FloorTelemetry` makes exactly those SDK calls, with the attributes the plugin
-gives them on a clean call, and no more: no law, no series, no ledger, no record built (it is made
+gives them on a clean call, and no more: no law, no series, no answer watch, no record built (it is made
 once, up front). What it costs is what any implementation of the contract pays on the SDK's side,
 whatever its own logic costs: the lower bound of the plugin's overhead. `telemetry_floor()` puts
 those calls around the SDK's `call_tool` (the floor arm of benchmark 1); `FloorTelemetry.warm_us()`

@@ -7,7 +7,7 @@ network kind, repeated). Four callers share one Client. The pipeline is producti
 BatchSpanProcessor(RedactingSpanExporter(exporter that drops spans)), an SDK MeterProvider.
 
 RSS (VmRSS) is read after a warm-up and after the run, each time after the span queue is flushed and
-gc.collect(). Then: the SSE ledger map empty, no ToolCall or Attempt alive, the retry budget
+gc.collect(). Then: the SSE waiting map empty, no ToolCall or Attempt alive, the retry budget
 map and the redaction caches within their bounds, and once the Client has closed, no task or file
 descriptor more than before it opened.
 """

@@ -13,7 +13,6 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -348,13 +347,6 @@ class TcpProxy:
         if self._server is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
-
-
-@contextlib.contextmanager
-def running_proxy(target_port: int, target_host: str = _HOST) -> Iterator[TcpProxy]:
-    """A started `TcpProxy` to `target_port`, stopped when the block ends."""
-    with TcpProxy(target_port, target_host) as proxy:
-        yield proxy
 
 
 async def _write(writer: asyncio.StreamWriter, data: bytes) -> bool:

@@ -205,7 +205,6 @@ class OtlpReceiver:
         self._metrics: list[MetricDict] = []
         self._raw: list[RawRequest] = []
         self._rejected = 0
-        self._undecodable = 0
         self._mode: Mode = "ok"
         self._hang_seconds = 30.0
         self._stopping = threading.Event()
@@ -286,26 +285,16 @@ class OtlpReceiver:
         with self._cond:
             return self._rejected
 
-    @property
-    def undecodable(self) -> int:
-        with self._cond:
-            return self._undecodable
-
     def clear(self) -> None:
         with self._cond:
             self._spans.clear()
             self._metrics.clear()
             self._raw.clear()
             self._rejected = 0
-            self._undecodable = 0
 
     def wait_for(self, predicate: Callable[[list[SpanDict]], bool], timeout: float = 10.0) -> bool:
         """Block until `predicate(spans)` holds or `timeout` passes; return whether it held."""
         return self._wait(lambda: predicate(list(self._spans)), timeout)
-
-    def wait_for_metrics(self, predicate: Callable[[list[MetricDict]], bool], timeout: float = 10.0) -> bool:
-        """Block until `predicate(metrics)` holds or `timeout` passes; return whether it held."""
-        return self._wait(lambda: predicate(list(self._metrics)), timeout)
 
     def _wait(self, holds: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -345,14 +334,12 @@ class OtlpReceiver:
                 metrics = decode_metrics(body)
                 answer = ExportMetricsServiceResponse().SerializeToString()
             decoded = True
-        except Exception:  # a malformed protobuf: kept raw, counted, answered 400
+        except Exception:  # a malformed protobuf: kept raw, answered 400
             decoded = False
         with self._cond:
             self._raw.append(RawRequest(path, headers, wire, body))
             self._spans.extend(spans)
             self._metrics.extend(metrics)
-            if not decoded:
-                self._undecodable += 1
             self._cond.notify_all()
         return (200, answer) if decoded else (400, b"")
 

@@ -170,10 +170,6 @@ class Counters:
         with self._cond:
             return self._tool_posts[tool]
 
-    def posts_by_request(self) -> dict[tuple[str | None, str], int]:
-        with self._cond:
-            return dict(self._posts)
-
     def post_log(self) -> list[PostRecord]:
         with self._cond:
             return list(self._log)

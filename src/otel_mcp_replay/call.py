@@ -25,16 +25,15 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
+from otel_mcp_replay.endpoints import UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
-from otel_mcp_replay.guard import confirmed
+from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
     Answer,
     Outcome,
     Permission,
-    RequestFacts,
-    SeriesKnowledge,
     classify,
 )
 from otel_mcp_replay.lines import LINE
@@ -49,6 +48,95 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 )
 
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
+
+
+class SeriesKnowledge:
+    """What is known of a whole series' effect, one attempt at a time.
+
+    Uncertainty survives: once any attempt is `unknown`, the series is, whatever later attempts
+    show. Evidence that something ran (`applied`) is never erased by a later failure.
+    """
+
+    __slots__ = ("_applied", "_unknown")
+
+    def __init__(self) -> None:
+        self._unknown = False
+        self._applied = False
+
+    def note(self, effect: Effect) -> None:
+        if effect == "unknown":
+            self._unknown = True
+        elif effect == "applied":
+            self._applied = True
+        elif effect != "none":
+            raise ValueError("an effect is none, unknown or applied")
+
+    @property
+    def effect(self) -> Effect:
+        if self._unknown:
+            return "unknown"
+        return "applied" if self._applied else "none"
+
+
+class RequestFacts:
+    """One `tools/call` request's replay facts (the spec's RequestReplay), shared by the series that
+    sends it, the answer watcher (answers.py) that watches for its answer, and the call that waits
+    for it.
+
+    Two layers kept apart: the series sees HTTP (whether an attempt got any response, the status
+    it delivered); the answer watcher sees the JSON-RPC answer to this request's id. Each fact is written
+    once by its owner; for the delivered status, the first word stands.
+    Not thread-safe: one request's owners take turns on one event loop.
+    """
+
+    __slots__ = (
+        "_answered",
+        "_delivered",
+        "_sent",
+        "_unanswered",
+        "app_authorized",
+    )
+
+    def __init__(self, *, app_authorized: bool = False) -> None:
+        self._sent = 0
+        self.app_authorized = app_authorized  # the series runs under that policy
+        self._unanswered = False
+        self._delivered: int | None = None
+        self._answered = False
+
+    def sent_one(self) -> None:
+        """The series sent the request once more."""
+        self._sent += 1
+
+    def no_answer(self) -> None:
+        """The series: an attempt got no response at all. A received refusal is never this."""
+        self._unanswered = True
+
+    def delivered_status(self, status: int) -> None:
+        """The series handed the MCP SDK a response with this status. The first word stands."""
+        if self._delivered is None:
+            self._delivered = status
+
+    def answered(self) -> None:
+        """The answer watcher: the JSON-RPC response to this request's id arrived."""
+        self._answered = True
+
+    @property
+    def sent(self) -> int:
+        return self._sent
+
+    @property
+    def accepted_without_answer(self) -> bool:
+        """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
+        return self._delivered is not None and 200 <= self._delivered < 300 and not self._answered
+
+    @property
+    def uncertain(self) -> bool:
+        """Under `app-authorized`: the call genuinely lacked an answer somewhere (an attempt got no
+        response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
+        A chain of received refusals and errors is an answer throughout: it keeps the server's error.
+        """
+        return self.app_authorized and (self._unanswered or self.accepted_without_answer)
 
 
 class Attempt:
@@ -229,7 +317,7 @@ class ToolCall:
     # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under:
     request_id: object = None
     declaration: Declaration | None = None
-    endpoint = "unknown"  # the declared label, else the origin: never a path
+    endpoint = UNKNOWN_ENDPOINT  # the declared label, else the origin: never a path
     attempt: Attempt | None = None  # the open one
     attempts = 0
     final_error: BaseException | None = None  # the transport error of the last unanswered attempt
@@ -250,7 +338,7 @@ class ToolCall:
         self.tool = tool
         self.session = session
         # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
-        if confirmed():
+        if CONFIRMED.get():
             self.repeat_confirmed = True
         if app_call is None:
             self.span = _call_span(runtime, tool)
@@ -299,11 +387,6 @@ class ToolCall:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
         name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
         return self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
-
-    def attempt_context(self) -> Context | None:
-        """The context that makes the open attempt's span the parent of the HTTP client's span."""
-        attempt = self.attempt
-        return None if attempt is None else trace.set_span_in_context(attempt.span)
 
     def answered(self, kind: Answer) -> None:
         """The answer to this call's request was seen on the connection's own stream (SSE)."""
@@ -439,7 +522,6 @@ class ToolCall:
     def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
         if self.declaration is None:
             self._without_http(verdict)
-        self.facts.settle(verdict, may_have_run)
         declaration = self.declaration or COMPATIBILITY
         effect = self.knowledge.effect
         try:
@@ -471,7 +553,9 @@ class ToolCall:
         in-process): one attempt, never repeated, as it ran."""
         if self.request_id is None and verdict == "failed":
             known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
-            self.declaration, self.endpoint = known if known is not None else (COMPATIBILITY, "unknown")
+            if known is None:
+                known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
+            self.declaration, self.endpoint = known
             self.request_id = "unknown"
             self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: self.declaration.policy})
             return

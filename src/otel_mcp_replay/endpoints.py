@@ -9,8 +9,9 @@ spell) matches no declaration, so it is compatibility, and its record names it U
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -81,13 +82,15 @@ class Servers:
 
     by_origin: Mapping[str, Declaration] = field(default_factory=dict, repr=False, hash=False)
     by_path: Mapping[tuple[str, str], Declaration] = field(default_factory=dict, repr=False, hash=False)
-    # A cache of resolved URL strings: it changes no answer, so it takes no part in equality.
-    _resolved: dict[str, Declaration] = field(init=False, repr=False, compare=False, hash=False)
+    # The declaration of a URL string (see _resolve), its answers cached in C: one looked up per HTTP
+    # request costs no Python frame. The cache changes no answer, so it takes no part in equality.
+    resolve: Callable[[str], Declaration] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_origin", MappingProxyType(dict(self.by_origin)))
         object.__setattr__(self, "by_path", MappingProxyType(dict(self.by_path)))
-        object.__setattr__(self, "_resolved", {})
+        # Bounded: endpoints are few; a flood of distinct URLs only costs parsing.
+        object.__setattr__(self, "resolve", functools.lru_cache(maxsize=_RESOLVE_CACHE_SIZE)(self._resolve))
 
     def __repr__(self) -> str:  # never the URLs: a path or userinfo may carry credentials
         return f"Servers({len(self)} endpoints)"
@@ -95,7 +98,7 @@ class Servers:
     def __len__(self) -> int:
         return len(self.by_origin) + len(self.by_path)
 
-    def resolve(self, url: str) -> Declaration:
+    def _resolve(self, url: str) -> Declaration:
         """The declaration of `url`'s endpoint: its exact path, else its origin, else COMPATIBILITY.
 
         Never raises for a str, whatever its text: a URL that cannot be parsed is COMPATIBILITY.
@@ -105,13 +108,7 @@ class Servers:
             raise TypeError("Servers.resolve needs the URL as a str")
         if not self.by_origin and not self.by_path:
             return COMPATIBILITY
-        found = self._resolved.get(url)
-        if found is None:
-            found = self._lookup(url)
-            if len(self._resolved) >= _RESOLVE_CACHE_SIZE:
-                self._resolved.clear()  # endpoints are few; a flood of distinct URLs only costs parsing
-            self._resolved[url] = found
-        return found
+        return self._lookup(url)
 
     def _lookup(self, url: str) -> Declaration:
         endpoint = _endpoint_of(url)

@@ -52,7 +52,9 @@ class Failed(enum.Enum):
 
 FAILED: Final = Failed.FAILED
 
-_CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+# Whether the caller is inside `repeat_confirmed()`: read where the call begins, in the caller's
+# context (mcp 1.x sends the request from a task of its transport, which is not).
+CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_mcp_replay_repeat_confirmed", default=False
 )
 
@@ -60,17 +62,11 @@ _CONFIRMED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 @contextmanager
 def repeat_confirmed() -> Iterator[None]:
     """Calls made inside are not refused by the repeat guard: the app checked, and repeats on purpose."""
-    token = _CONFIRMED.set(True)
+    token = CONFIRMED.set(True)
     try:
         yield
     finally:
-        _CONFIRMED.reset(token)
-
-
-def confirmed() -> bool:
-    """Whether the caller is inside `repeat_confirmed()`: read where the call begins, in the
-    caller's context (mcp 1.x sends the request from a task of its transport, which is not)."""
-    return _CONFIRMED.get()
+        CONFIRMED.reset(token)
 
 
 class RepeatGuard:
@@ -110,7 +106,7 @@ class RepeatGuard:
     def refuses(self, fingerprint: bytes, *, repeat_confirmed: bool | None = None) -> bool:
         """Whether a call with this fingerprint must not be sent now (`repeat_confirmed`: as the
         call's caller was, when it began; None: as this context is)."""
-        if _CONFIRMED.get() if repeat_confirmed is None else repeat_confirmed:
+        if CONFIRMED.get() if repeat_confirmed is None else repeat_confirmed:
             return False
         with self._lock:
             expires = self._seen.get(fingerprint)

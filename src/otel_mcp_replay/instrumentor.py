@@ -36,7 +36,7 @@ from otel_mcp_replay.version import __version__
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
-    http = http_send.HttpClient.of(
+    http = http_send.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
     seams: list[tuple[str, str, Callable[..., Any]]] = [

@@ -1,11 +1,11 @@
-"""The replay policy of one request, as one immutable value, and the short loop that asks it.
+"""The replay policy of one request, as one immutable value that the seam's attempt loop asks.
 
 The rule: after a failed attempt, the request is sent again only when `permit` allows it AND the
 budget still does: at most `max_attempts` attempts and `max_wait_ms` of waiting per request (a wait
 past the cap declines, it is never shortened), and the endpoint's token bucket above half (gRPC's
 retryThrottling, shared by every call to the endpoint). `ReplayPolicy.after` answers with a
-decision and the policy for the next attempt, as urllib3's `Retry.increment` does; the loop knows
-no transport.
+decision and the policy for the next attempt, as urllib3's `Retry.increment` does; it knows no
+transport.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, NamedTuple, Protocol
+from typing import Final, NamedTuple
 
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Outcome, Permission, Target, permit
 from otel_mcp_replay.settings import MIN_RATIO, Settings
-from otel_mcp_replay.telemetry import DeclinedReason
 
 BACKOFF_BASE_MS: Final = 200
 BACKOFF_CAP_MS: Final = 10_000
@@ -177,53 +175,3 @@ class ReplayPolicy(NamedTuple):
             raise ValueError("server_wait_ms is never negative")
         wait = server_wait_ms if server_wait_ms is not None else backoff_ms(self.attempts, rng)
         return None if self.waited_ms + wait > self.settings.max_wait_ms else wait
-
-
-class Decided(Protocol):
-    """One attempt, told what the loop decided of it."""
-
-    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None: ...
-
-
-class AttemptLog(Protocol):
-    """Where the loop opens each attempt (the tool call's attempts; nothing for a protocol
-    request's), and is handed the attempt to tell what it decided."""
-
-    def opened(self, permission: Permission | None) -> Decided: ...
-
-
-class NoLog:
-    """A protocol request's series: it files nothing."""
-
-    def opened(self, permission: Permission | None) -> NoLog:
-        return self
-
-    def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
-        pass
-
-
-async def run_series(
-    policy: ReplayPolicy,
-    rng: random.Random,
-    exchange: Callable[[], Awaitable[Outcome]],
-    wait: Callable[[int], Awaitable[bool]],
-    log: AttemptLog,
-) -> Outcome:
-    """Attempt until an attempt does not fail or a repeat is declined; the last attempt's outcome.
-
-    `exchange` makes one attempt (and releases the previous one's response, which is not
-    delivered); `wait` sleeps, False when the caller gave up meanwhile: then nothing more is sent.
-    """
-    permission: Permission | None = None
-    while True:
-        attempt = log.opened(permission)
-        outcome = await exchange()
-        decision, policy = policy.after(outcome, rng)
-        if not isinstance(decision, Wait):
-            attempt.decided(0, None if decision is None else decision.reason)
-            return outcome
-        if not await wait(decision.ms):
-            attempt.decided(0, BUDGET.reason)
-            return outcome
-        attempt.decided(decision.ms, None)
-        permission = decision.permission

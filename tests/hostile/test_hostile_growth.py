@@ -15,9 +15,9 @@ import pytest
 from tests.growth import assert_linear
 
 from otel_mcp_replay import environment_variables as ev
+from otel_mcp_replay.answers import SseAnswers
 from otel_mcp_replay.config import resolve
 from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
-from otel_mcp_replay.ledger import SseAnswers
 
 KIB = 1024
 STREAM = 128 * KIB  # an event stream's size (and twice it)

@@ -7,12 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.call import RequestFacts, SeriesKnowledge
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
     Outcome,
-    RequestFacts,
-    SeriesKnowledge,
     classify,
 )
 from otel_mcp_replay.telemetry import Effect
@@ -166,16 +165,3 @@ def test_the_first_delivered_status_stands() -> None:
     facts.delivered_status(503)
     facts.delivered_status(200)
     assert not facts.accepted_without_answer
-
-
-def test_the_first_settlement_stands() -> None:
-    facts = RequestFacts()
-    assert facts.verdict is None and not facts.may_have_run
-    facts.settle("failed", True)
-    facts.settle("completed", False)
-    assert facts.verdict == "failed" and facts.may_have_run
-
-
-def test_only_a_failed_call_may_have_run() -> None:
-    with pytest.raises(ValueError):
-        RequestFacts().settle("completed", True)

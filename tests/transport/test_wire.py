@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mcp_replay.ledger import AnswerWatch, SseAnswers, answer_of, json_message
+from otel_mcp_replay.answers import AnswerWatch, SseAnswers, answer_of, json_message
 from otel_mcp_replay.patches.http_send import _accept_and_content_type
 
 RESULT = {"jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}

@@ -7,7 +7,7 @@ on mcp 1.x, while a call sent from a task of its own waits (patches/carrier.py),
 also read for its request. A repeat sends the same `Request` again: the same body bytes and
 headers, with the client's auth flow run again for it.
 A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x) and httpx
-(mcp 1.x) alike: what differs is the `HttpClient` bound in with the runtime.
+(mcp 1.x) alike: what differs is the `HttpLibrary` bound in with the runtime.
 """
 
 from __future__ import annotations
@@ -22,27 +22,30 @@ from typing import Any
 
 import anyio
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
+from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
+    BUDGET,
     NO_RESPONSE,
     NOT_SENT,
     PROTOCOL,
     Answer,
     Outcome,
+    Permission,
     Reply,
     Target,
     classify,
     target_of,
 )
-from otel_mcp_replay.ledger import AnswerWatch, answer_of, json_message
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
-from otel_mcp_replay.policy import NoLog, ReplayPolicy, run_series
+from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
@@ -54,7 +57,7 @@ SSE_ANSWER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
-class HttpClient:
+class HttpLibrary:
     """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
 
     module: ModuleType
@@ -68,7 +71,7 @@ class HttpClient:
     @classmethod
     def of(
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
-    ) -> HttpClient:
+    ) -> HttpLibrary:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -81,7 +84,7 @@ class HttpClient:
 
 async def send(
     rt: Runtime,
-    http: HttpClient,
+    http: HttpLibrary,
     wrapped: Callable[..., Awaitable[Any]],
     instance: Any,
     args: tuple[Any, ...],
@@ -127,36 +130,44 @@ async def send(
 
     target = PROTOCOL
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
-        if call is not None and _is_this_call(call, body):
+        target = target_of(body, declaration)  # the body read once: its tool, its key
+        if (
+            call is not None
+            and target.tool == call.tool
+            and (call.declaration is None or call.request_id == body["id"])
+        ):
             return await _tool_series(
-                rt, http, call, instance, request, url, body, declaration, exchange_once, sse, streamable
+                rt, http, call, request, url, body, declaration, target, exchange_once, sse, streamable
             )
         # A tools/call outside call_tool (send_request, or a call begun before instrument()):
         # the law still holds for it, with nothing recorded.
-        target = target_of(body, declaration)
     if sse is None and not streamable:
         return await exchange_once()
-    last: list[Any] = []  # the latest response: released before the next attempt is sent
+    # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
+    policy = _policy(rt, declaration, target, url)
+    latest: Any = None
+    while True:
+        if latest is not None:
+            await latest.aclose()  # released before the next attempt is sent
+        latest = await exchange_once()  # a transport error is the SDK's, as it always was
+        decision, policy = policy.after(await _protocol_outcome(declaration, latest), rt.rng)
+        if not isinstance(decision, Wait):
+            return latest
+        await anyio.sleep(decision.ms / 1000)
 
-    async def exchange() -> Outcome:
-        if last:
-            await last.pop().aclose()
-        response = await exchange_once()  # a transport error is the SDK's, as it always was
-        last.append(response)
-        status = int(response.status_code)
-        # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
-        busy = (
-            status != 429
-            and declaration.adapter is not None
-            and await _session_busy(declaration.adapter, response)
-        )
-        if status != 429 and not busy:
-            return Outcome(status, None, "unknown")
-        retry_after = response.headers.get("retry-after")
-        return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
-    await run_series(_policy(rt, declaration, target, url), rt.rng, exchange, _sleep, NoLog())
-    return last[0]
+async def _protocol_outcome(declaration: Declaration, response: Any) -> Outcome:
+    """What a protocol request's response came to: only a throttle or a busy session fails it."""
+    status = int(response.status_code)
+    busy = (
+        status != 429
+        and declaration.adapter is not None
+        and await _session_busy(declaration.adapter, response)
+    )
+    if status != 429 and not busy:
+        return Outcome(status, None, "unknown")
+    retry_after = response.headers.get("retry-after")
+    return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
 
 def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
@@ -170,7 +181,7 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
-def _json_body(http: HttpClient, request: Any) -> object:
+def _json_body(http: HttpLibrary, request: Any) -> object:
     try:
         content = request.content
     except http.module.RequestNotRead:
@@ -178,14 +189,6 @@ def _json_body(http: HttpClient, request: Any) -> object:
     if len(content) > _MAX_JSON_BODY:
         return None
     return json_message(content)
-
-
-def _is_this_call(call: ToolCall, body: dict[str, Any]) -> bool:
-    params = body.get("params")
-    name = params.get("name") if type(params) is dict else None
-    if name != call.tool:
-        return False
-    return call.declaration is None or call.request_id == body["id"]
 
 
 def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> ReplayPolicy:
@@ -199,20 +202,21 @@ def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> 
 
 async def _tool_series(
     rt: Runtime,
-    http: HttpClient,
+    http: HttpLibrary,
     call: ToolCall,
-    client: Any,
     request: Any,
     url: str,
     body: dict[str, Any],
     declaration: Declaration,
+    target: Target,
     exchange_once: Callable[[], Awaitable[Any]],
     sse: SseStream | None,
     streamable: bool,
 ) -> Any:
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
-    target = target_of(body, declaration)
+        target = target_of(body, declaration)  # its key, as that declaration names it
+    policy = _policy(rt, declaration, target, url)
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
@@ -246,47 +250,35 @@ async def _tool_series(
         key = (id(sse), body["id"])
         rt.sse_waiting[key] = call
         call.when_ended(lambda: rt.sse_waiting.pop(key, None))
+    # One loop, read at once: open the attempt (its span), send it, classify what came back, ask the
+    # policy, wait; the attempt ends (span, row) as the policy's word on it is told (`decided`).
+    watch_body = streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
+    permission: Permission | None = None
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
-    last: list[Any] = [None, None]
-
-    async def exchange() -> Outcome:
-        attempt = call.attempt
-        assert attempt is not None  # the series opened it
-        if last[0] is not None:
-            await last[0].aclose()  # a response that will not be delivered
-        attempt_context = call.attempt_context()
-        token = otel_context.attach(attempt_context) if attempt_context is not None else None
-        try:
-            outcome, last[0], last[1] = await _tool_exchange(
-                http, exchange_once, request, attempt, declaration, watch_body=streamable and sse is None
-            )
-        except BaseException:  # the caller gave up (or the client failed) mid-exchange
-            attempt.abandon()
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-        if 300 <= outcome.status < 400 and _followed(last[0], request):
-            attempt.redirected(outcome.status)
-            return outcome
-        if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
-            # A POST cut after the server took it: its answer may come on the stream all the same.
-            answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
-            if answer is not None:  # it is the answer, whichever was told first
-                outcome = outcome.after_stream(answer)
-                last[0], last[1] = http.module.Response(202, request=request), None
-        attempt.exchanged(outcome, last[1])
-        return outcome
-
+    response: Any = None
+    error: BaseException | None = None
     try:
-        final = await run_series(
-            _policy(rt, declaration, target, url), rt.rng, exchange, call.wait_unless_abandoned, call
-        )
+        while True:
+            attempt = call.opened(permission)
+            if response is not None:
+                await response.aclose()  # a response that will not be delivered
+            final, response, error = await _attempt(
+                http, attempt, request, exchange_once, declaration, sse, watch_body
+            )
+            decision, policy = policy.after(final, rt.rng)
+            attempt.exchanged(final, error)  # a no-op for a redirect the client follows
+            if not isinstance(decision, Wait):
+                attempt.decided(0, None if decision is None else decision.reason)
+                break
+            if not await call.wait_unless_abandoned(decision.ms):
+                attempt.decided(0, BUDGET.reason)
+                break
+            attempt.decided(decision.ms, None)
+            permission = decision.permission
     except BaseException:
         if key is not None:
             rt.sse_waiting.pop(key, None)
         raise
-    response, error = last
     if call.abandoned and streamable and key is None and response is not None and response.status_code >= 300:
         # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
         # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
@@ -312,6 +304,7 @@ async def _tool_series(
         call.stop(RefusedError(response.status_code))
         return http.module.Response(202, request=request)
     if response is None:
+        assert error is not None  # an attempt without a response raised
         raise error
     return response
 
@@ -340,8 +333,40 @@ def _followed(response: Any, request: Any) -> bool:
     return next_request is not None and next_request.method == request.method
 
 
+async def _attempt(
+    http: HttpLibrary,
+    attempt: Attempt,
+    request: Any,
+    exchange_once: Callable[[], Awaitable[Any]],
+    declaration: Declaration,
+    sse: SseStream | None,
+    watch_body: bool,
+) -> tuple[Outcome, Any, BaseException | None]:
+    """Send one attempt, under its span: what it came to (its outcome, its response, its error)."""
+    token = otel_context.attach(trace.set_span_in_context(attempt.span))  # the HTTP client's span's parent
+    try:
+        outcome, response, error = await _tool_exchange(
+            http, exchange_once, request, attempt, declaration, watch_body=watch_body
+        )
+    except BaseException:  # the caller gave up (or the client failed) mid-exchange
+        attempt.abandon()
+        raise
+    finally:
+        otel_context.detach(token)
+    if 300 <= outcome.status < 400 and _followed(response, request):
+        attempt.redirected(outcome.status)
+        return outcome, response, error
+    if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
+        # A POST cut after the server took it: its answer may come on the stream all the same.
+        answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
+        if answer is not None:  # it is the answer, whichever was told first
+            outcome = outcome.after_stream(answer)
+            response, error = http.module.Response(202, request=request), None
+    return outcome, response, error
+
+
 async def _tool_exchange(
-    http: HttpClient,
+    http: HttpLibrary,
     exchange_once: Callable[[], Awaitable[Any]],
     request: Any,
     attempt: Attempt,
@@ -391,7 +416,7 @@ async def reached_connection(
     """`AsyncClient._send_single_request`: the one door from the client to its transport, past the
     auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
     re-send). An attempt's request that passes here reached the connection, or tried to: a connection
-    never made is told by its error (`HttpClient.not_sent`)."""
+    never made is told by its error (`HttpLibrary.not_sent`)."""
     exchanging = _EXCHANGING.get()
     if exchanging is None:
         return await wrapped(*args, **kwargs)
@@ -417,7 +442,7 @@ def _same_message(going: Any, request: Any) -> bool:
         return False
 
 
-async def _read_reply(http: HttpClient, response: Any, attempt: Attempt) -> Reply:
+async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Reply:
     """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
     watch an event stream for it as the SDK reads it."""
     content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
@@ -460,12 +485,7 @@ async def _session_busy(adapter: str, response: Any) -> bool:
     return await recognises_session_busy(adapter, response.status_code, response.headers, body)
 
 
-async def _sleep(delay_ms: int) -> bool:
-    await anyio.sleep(delay_ms / 1000)
-    return True
-
-
-def _synthetic_error(http: HttpClient, request: Any, request_id: object, why: str) -> Any:
+def _synthetic_error(http: HttpLibrary, request: Any, request_id: object, why: str) -> Any:
     """A JSON-RPC error the SDK resolves this one request with, instead of tearing down the session.
 
     Never a server's word. Under app-authorized the call seam turns the call's failure into

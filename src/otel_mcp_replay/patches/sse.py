@@ -19,7 +19,7 @@ from otel_mcp_replay.law import Answer
 from otel_mcp_replay.runtime import Runtime
 
 if TYPE_CHECKING:
-    from otel_mcp_replay.patches.http_send import HttpClient
+    from otel_mcp_replay.patches.http_send import HttpLibrary
 
 
 @dataclass(eq=False)
@@ -32,7 +32,7 @@ class SseStream:
 
 
 def watch_event_stream(
-    rt: Runtime, http: HttpClient, client: Any, request: Any, response: Any, call: ToolCall | None
+    rt: Runtime, http: HttpLibrary, client: Any, request: Any, response: Any, call: ToolCall | None
 ) -> Any:
     """`response`, a GET's, with its event stream watched (see the module's rule)."""
     event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")

@@ -1,4 +1,4 @@
-"""The ledger: whether the JSON-RPC answer to a request id was seen on the wire.
+"""The answer watcher: whether the JSON-RPC answer to a request id was seen on the wire.
 
 An HTTP status is not the call's answer: a 200 event stream can end without it. So the bytes of
 each event stream the SDK reads pass through `AnswerWatch` on their way, untouched, and the answer
@@ -201,7 +201,7 @@ def _after_last_line(chunk: bytes, pos: int) -> int:
 
 class AnswerWatch:
     """The response's own byte stream, passed through, with its answers and its end reported. The
-    HTTP seam makes it a subclass of its client library's AsyncByteStream (HttpClient.of)."""
+    HTTP seam makes it a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
 
     def __init__(
         self, inner: Any, on_answer: OnAnswer, on_end: OnEnd, on_endpoint: OnEndpoint | None = None
