@@ -879,11 +879,20 @@ class WatchedExporter(OTLPSpanExporter):
         super().__init__(**kwargs)
         self.threads: set[int] = set()
         self.exporting = False
+        self.held = False  # an export is waiting for `release`, held up by the test
+        # Cleared by the test to hold the next export up while calls run: that an export is under
+        # way as they end is then a certainty, not a race with how long the endpoint takes.
+        self.release = threading.Event()
+        self.release.set()
 
     def export(self, spans: Any) -> Any:
         self.threads.add(threading.get_ident())
         self.exporting = True
         try:
+            if not self.release.is_set():
+                self.held = True
+                self.release.wait(30)  # a guard: the test releases it
+                self.held = False
             return super().export(spans)
         finally:
             self.exporting = False
@@ -938,12 +947,19 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
                     )
                     assert delivered, "the records never reached the receiver while it was up"
                     receiver.set_mode(down, hang_seconds=2.0)
+                    # The next export is held up until the calls below have ended: a call that
+                    # waited on an export would never end (the test's own timeout would end it).
+                    exporter.release.clear()
+                    await _timed_calls(client, server, 1, "first", exporter)
+                    assert await settled(lambda: exporter.held, timeout=10.0), "no export was held up"
                     broken, ended_during_an_export = await _timed_calls(client, server, n, "down", exporter)
+                    exporter.release.set()
                     # Spans keep coming, and the exporter keeps failing to hand them over.
                     await _timed_calls(client, server, 5, "more", exporter)
                     tried = await settled(lambda: receiver.rejected > 0, timeout=10.0)
                     assert tried, "the exporter never reached the broken endpoint"
             finally:
+                exporter.release.set()
                 instrumentor.uninstrument()
                 started = time.monotonic()
                 await anyio.to_thread.run_sync(provider.shutdown)
@@ -955,9 +971,9 @@ async def test_the_exporter_down_leaves_the_calls_unaffected(down: Literal["refu
     )
     print(summary)
     # Exports ran on the processor's worker only, never on the thread that made the calls, and
-    # calls ended while an export was held up by the broken endpoint: none waited on one.
+    # calls ended while an export was held up (by the test, at the broken endpoint): none waited on one.
     assert exporter.threads and threading.get_ident() not in exporter.threads, summary
-    assert ended_during_an_export > 0, summary
+    assert ended_during_an_export == n, summary
     assert shutdown_s < 60.0, summary  # a guard against a hang only (it takes about a second)
 
 
