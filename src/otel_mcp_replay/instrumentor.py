@@ -21,7 +21,7 @@ from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
@@ -134,18 +134,18 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return PROCESS.runtime
 
     def _instrument(self, **kwargs: Any) -> None:
-        resolved = resolve(kwargs, os.environ)  # raises only for what the keywords say
+        configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
         instruments = Instruments.on(meter)
         rt = Runtime(
             tracer=tracer,
             instruments=instruments,
-            servers=resolved.servers,
-            settings=resolved.settings,
-            budgets=RetryBudgets(resolved.settings.retry_budget),
-            fail_closed=resolved.fail_closed,
-            guard=_guard(resolved.settings, instruments),
+            servers=configuration.servers,
+            settings=configuration.settings,
+            budgets=RetryBudgets(configuration.settings.retry_budget),
+            fail_closed=configuration.fail_closed,
+            guard=_guard(configuration.settings, instruments),
         )
         PROCESS.runtime = rt
         # Spans exported past every redaction are said once, at WARNING, naming the fix.

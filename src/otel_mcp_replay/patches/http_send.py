@@ -123,7 +123,7 @@ async def send(
     rest.pop("request", None)
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
-    declaration = sse.declaration if sse is not None else rt.servers.resolve(url)
+    declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
 
     async def exchange_once() -> Any:
         return await wrapped(request, *args[1:], **rest)
