@@ -39,13 +39,15 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     http = http_send.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
+    # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
+    carriage = None if LINE.carries_context else carrier.Carriage(rt)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
-        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
+        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http, carriage)),
         (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
-    if LINE.carries_context:
+    if carriage is None:
         # `Client(StdioServerParameters(...))` calls the name it imported into its own module
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
@@ -57,23 +59,31 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
-            ("mcp.client.session", "ClientSession.__init__", functools.partial(carrier.session_init, rt))
+            (
+                "mcp.client.session",
+                "ClientSession.__init__",
+                functools.partial(carrier.session_init, carriage),
+            )
         )
         seams.append(
-            ("mcp.shared.session", "BaseSession.send_request", functools.partial(carrier.send_request, rt))
+            (
+                "mcp.shared.session",
+                "BaseSession.send_request",
+                functools.partial(carrier.send_request, carriage),
+            )
         )
         seams.append(
             (
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport._handle_post_request",
-                functools.partial(carrier.handle_post_request, rt),
+                functools.partial(carrier.handle_post_request, carriage),
             )
         )
         seams.append(
             (
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport.post_writer",
-                functools.partial(carrier.post_writer, rt),
+                functools.partial(carrier.post_writer, carriage),
             )
         )
     if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
