@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import weakref
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -28,7 +29,7 @@ from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
-from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime, logger
+from otel_mcp_replay.runtime import Instruments, Runtime, logger
 from otel_mcp_replay.settings import Settings
 from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
@@ -134,6 +135,12 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[str, str]] = []
+    # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
+    # per process: the redaction wrappers count refused records on its meter).
+    _runtime: Runtime | None = None
+    # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
+    # instrument() may run many times, each exporter is told once).
+    _told_unredacted: weakref.WeakSet[object] | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -141,7 +148,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     @property
     def runtime(self) -> Runtime | None:
         """The runtime bound into the seams while instrumented."""
-        return PROCESS.runtime
+        return self._runtime
 
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
@@ -157,9 +164,11 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             fail_closed=configuration.fail_closed,
             guard=_guard(configuration.settings, instruments),
         )
-        PROCESS.runtime = rt
+        self._runtime = rt
+        if self._told_unredacted is None:
+            self._told_unredacted = weakref.WeakSet()
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
-        check_export_path(kwargs.get("tracer_provider"))
+        check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []
         for module, name, wrapper in _seams(rt):
             wrap_function_wrapper(module, name, wrapper)
@@ -173,4 +182,4 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 target = getattr(target, owner)
             unwrap(target, attr)
         self._wrapped = []
-        PROCESS.runtime = None
+        self._runtime = None
