@@ -8,7 +8,7 @@ PYTHONPATH). The hostile cases, each at two sizes:
 - a tool result (2xx `application/json`): 20 and 40 MB;
 - a JSON-RPC error whose message is a long word ending in " ://": 50k and 100k characters (its
   cost is redaction's, which the plugin's RedactingSpanProcessor runs on the span that records it);
-- an environment value: `config.resolve()` of OTEL_PYTHON_MCP_REPLAY_SERVERS at 0.5 and 1 MB.
+- an environment value: `config.configuration_of()` of OTEL_PYTHON_MCP_REPLAY_SERVERS at 0.5 and 1 MB.
 
 Set-up: the demo server in its own process on 127.0.0.1, answering a `tools/call` of the tool
 `hostile` with the case its arguments name, prebuilt (the FaultPlan's rule answers in place of the
@@ -239,10 +239,10 @@ def servers_json(size: int) -> str:
 
 
 def _env_timing(size: int, runs: int) -> dict[str, list[float]]:
-    """CPU of resolve() on a SERVERS value of `size` bytes: as it runs, and with the cyclic GC
+    """CPU of configuration_of() on a SERVERS value of `size` bytes: as it runs, and with the cyclic GC
     paused (what the plugin's own code costs, without CPython's collections over the heap), and
     of json.loads alone."""
-    from otel_mcp_replay.config import resolve
+    from otel_mcp_replay.config import configuration_of
 
     text = servers_json(size)
     environ = {ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: text}
@@ -258,12 +258,12 @@ def _env_timing(size: int, runs: int) -> dict[str, list[float]]:
         finally:
             gc.enable()
 
-    resolved = resolve({}, environ)
+    resolved = configuration_of({}, environ)
     if resolved.fail_closed or len(resolved.servers) != 1:
         raise RuntimeError("the environment case did not read")
     return {
-        "resolve": [cpu(lambda: resolve({}, environ)) for _ in range(runs)],
-        "resolve, GC paused": [cpu(lambda: resolve({}, environ), paused=True) for _ in range(runs)],
+        "resolve": [cpu(lambda: configuration_of({}, environ)) for _ in range(runs)],
+        "resolve, GC paused": [cpu(lambda: configuration_of({}, environ), paused=True) for _ in range(runs)],
         "json.loads": [cpu(lambda: json.loads(text)) for _ in range(runs)],
     }
 

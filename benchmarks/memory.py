@@ -69,7 +69,7 @@ async def _run(quick: bool) -> Section:
                 elapsed = time.monotonic() - started
                 after = _settle(processor)
             tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
-            rt = replay_runtime.PROCESS.runtime
+            rt = McpReplayInstrumentor().runtime
             budgets = len(rt.budgets) if rt is not None else -1
             waiting = len(rt.sse_waiting) if rt is not None else -1
         finally:

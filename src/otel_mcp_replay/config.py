@@ -64,13 +64,16 @@ _SECRET_MISSING: Final = (
 
 
 @dataclass(frozen=True)
-class Resolved:
+class Configuration:
+    """What one `instrument()` runs under: the declarations, the settings, and whether an error
+    found in the environment makes it fail closed."""
+
     servers: Servers
     settings: Settings
     fail_closed: bool
 
 
-def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
+def configuration_of(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Configuration:
     unknown = sorted(set(kwargs) - _KEYWORDS)
     if unknown:
         raise TypeError(f"instrument() got unknown setting(s): {', '.join(unknown)}")
@@ -103,7 +106,7 @@ def resolve(kwargs: Mapping[str, Any], environ: Mapping[str, str]) -> Resolved:
             fail_closed = True
             _log("", exc)
             servers = NO_SERVERS
-    return Resolved(servers, settings_from_checked(checked), fail_closed)
+    return Configuration(servers, settings_from_checked(checked), fail_closed)
 
 
 def _log(variable: str, exc: BaseException) -> None:

@@ -2,7 +2,7 @@
 
 The rule: a URL selects a declaration; it never refuses a request. The endpoint keys the app
 declared are checked once, by servers_of (an invalid key is refused naming its ordinal, never its
-URL: it may carry credentials). The URL of a request is read by origin_of and Servers.resolve,
+URL: it may carry credentials). The URL of a request is read by origin_of and Servers.declaration_for,
 which never raise on any text: a URL they cannot parse (an IPv6 zone, port 0, a host no origin can
 spell) matches no declaration, so it is compatibility, and its record names it UNKNOWN_ENDPOINT.
 """
@@ -73,24 +73,25 @@ def origin_of(url: object) -> str:
     return UNKNOWN_ENDPOINT if endpoint is None else endpoint[0]
 
 
-_RESOLVE_CACHE_SIZE: Final = 1024
+_DECLARATION_CACHE_SIZE: Final = 1024
 
 
 @dataclass(frozen=True)
 class Servers:
-    """The declarations by endpoint. Build with servers_of; `resolve` is called per HTTP request."""
+    """The declarations by endpoint. Build with servers_of; `declaration_for` is called per HTTP request."""
 
     by_origin: Mapping[str, Declaration] = field(default_factory=dict, repr=False, hash=False)
     by_path: Mapping[tuple[str, str], Declaration] = field(default_factory=dict, repr=False, hash=False)
-    # The declaration of a URL string (see _resolve), its answers cached in C: one looked up per HTTP
+    # The declaration of a URL string (see _declaration_for), its answers cached in C: one looked up per HTTP
     # request costs no Python frame. The cache changes no answer, so it takes no part in equality.
-    resolve: Callable[[str], Declaration] = field(init=False, repr=False, compare=False, hash=False)
+    declaration_for: Callable[[str], Declaration] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_origin", MappingProxyType(dict(self.by_origin)))
         object.__setattr__(self, "by_path", MappingProxyType(dict(self.by_path)))
         # Bounded: endpoints are few; a flood of distinct URLs only costs parsing.
-        object.__setattr__(self, "resolve", functools.lru_cache(maxsize=_RESOLVE_CACHE_SIZE)(self._resolve))
+        cached = functools.lru_cache(maxsize=_DECLARATION_CACHE_SIZE)(self._declaration_for)
+        object.__setattr__(self, "declaration_for", cached)
 
     def __repr__(self) -> str:  # never the URLs: a path or userinfo may carry credentials
         return f"Servers({len(self)} endpoints)"
@@ -98,14 +99,14 @@ class Servers:
     def __len__(self) -> int:
         return len(self.by_origin) + len(self.by_path)
 
-    def _resolve(self, url: str) -> Declaration:
+    def _declaration_for(self, url: str) -> Declaration:
         """The declaration of `url`'s endpoint: its exact path, else its origin, else COMPATIBILITY.
 
         Never raises for a str, whatever its text: a URL that cannot be parsed is COMPATIBILITY.
         Raises TypeError for anything else (a caller's mistake, not a URL).
         """
         if not isinstance(url, str):
-            raise TypeError("Servers.resolve needs the URL as a str")
+            raise TypeError("Servers.declaration_for needs the URL as a str")
         if not self.by_origin and not self.by_path:
             return COMPATIBILITY
         return self._lookup(url)
@@ -125,7 +126,7 @@ class Servers:
         """For a connection whose own URL cannot be told (a legacy-SSE stream opened before
         instrument()): `url`'s declaration, unless any endpoint on its origin is declared
         app-authorized, then that one (fail closed: its calls are refused, never repeated)."""
-        found = self.resolve(url)
+        found = self.declaration_for(url)
         endpoint = _endpoint_of(url)
         if found.policy == "app-authorized" or endpoint is None:
             return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import weakref
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -21,14 +22,14 @@ from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
-from otel_mcp_replay.runtime import PROCESS, Instruments, Runtime, logger
+from otel_mcp_replay.runtime import Instruments, Runtime, logger
 from otel_mcp_replay.settings import Settings
 from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
@@ -39,13 +40,15 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     http = http_send.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
+    # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
+    carriage = None if LINE.carries_context else carrier.Carriage(rt)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
-        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http)),
+        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http, carriage)),
         (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
         ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
-    if LINE.carries_context:
+    if carriage is None:
         # `Client(StdioServerParameters(...))` calls the name it imported into its own module
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
@@ -57,23 +60,31 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
-            ("mcp.client.session", "ClientSession.__init__", functools.partial(carrier.session_init, rt))
+            (
+                "mcp.client.session",
+                "ClientSession.__init__",
+                functools.partial(carrier.session_init, carriage),
+            )
         )
         seams.append(
-            ("mcp.shared.session", "BaseSession.send_request", functools.partial(carrier.send_request, rt))
+            (
+                "mcp.shared.session",
+                "BaseSession.send_request",
+                functools.partial(carrier.send_request, carriage),
+            )
         )
         seams.append(
             (
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport._handle_post_request",
-                functools.partial(carrier.handle_post_request, rt),
+                functools.partial(carrier.handle_post_request, carriage),
             )
         )
         seams.append(
             (
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport.post_writer",
-                functools.partial(carrier.post_writer, rt),
+                functools.partial(carrier.post_writer, carriage),
             )
         )
     if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
@@ -124,6 +135,12 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[str, str]] = []
+    # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
+    # per process: the redaction wrappers count refused records on its meter).
+    _runtime: Runtime | None = None
+    # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
+    # instrument() may run many times, each exporter is told once).
+    _told_unredacted: weakref.WeakSet[object] | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -131,25 +148,27 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     @property
     def runtime(self) -> Runtime | None:
         """The runtime bound into the seams while instrumented."""
-        return PROCESS.runtime
+        return self._runtime
 
     def _instrument(self, **kwargs: Any) -> None:
-        resolved = resolve(kwargs, os.environ)  # raises only for what the keywords say
+        configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
         instruments = Instruments.on(meter)
         rt = Runtime(
             tracer=tracer,
             instruments=instruments,
-            servers=resolved.servers,
-            settings=resolved.settings,
-            budgets=RetryBudgets(resolved.settings.retry_budget),
-            fail_closed=resolved.fail_closed,
-            guard=_guard(resolved.settings, instruments),
+            servers=configuration.servers,
+            settings=configuration.settings,
+            budgets=RetryBudgets(configuration.settings.retry_budget),
+            fail_closed=configuration.fail_closed,
+            guard=_guard(configuration.settings, instruments),
         )
-        PROCESS.runtime = rt
+        self._runtime = rt
+        if self._told_unredacted is None:
+            self._told_unredacted = weakref.WeakSet()
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
-        check_export_path(kwargs.get("tracer_provider"))
+        check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []
         for module, name, wrapper in _seams(rt):
             wrap_function_wrapper(module, name, wrapper)
@@ -163,4 +182,4 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 target = getattr(target, owner)
             unwrap(target, attr)
         self._wrapped = []
-        PROCESS.runtime = None
+        self._runtime = None

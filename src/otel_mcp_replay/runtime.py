@@ -4,8 +4,9 @@ The rule: the seams never read the environment, re-check a declaration or look u
 call. `instrument()` builds one `Runtime` and binds it into each wrapper (as contrib's httpx
 instrumentation binds its hooks); `uninstrument()` unwraps them. What must be shared by every call
 of the process (each endpoint's retry budget, the SSE connections being watched, what each session
-was declared under) lives in the Runtime. The one module global is `PROCESS`, for the redaction
-wrappers, which run without the instrumentor: the runtime in force, if any.
+was declared under) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's
+carrier: `patches/carrier.Carriage`); the runtime in force is the instrumentor's. The one module
+global is `PROCESS`: the records vouched for, shared by the calls and the redaction wrappers.
 A runtime built from a configuration error is `fail_closed`: nothing repeats, spans still record.
 """
 
@@ -89,15 +90,6 @@ class Runtime:
     # Ids of live sessions seen speaking streamable HTTP: no call of theirs needs ending by the
     # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
     streamable_sessions: set[int] = field(default_factory=set)
-    # mcp 1.x: messages sent during a call, by id, with that call (patches/carrier.py).
-    carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
-    # ... and those sent while instrumentation was suppressed (weak: a message gone is forgotten,
-    # whichever transport took it, or none).
-    suppressed_messages: weakref.WeakValueDictionary[int, Any] = field(
-        default_factory=weakref.WeakValueDictionary
-    )
-    # ... and their tools/call requests by (JSON-RPC id, tool), for the legacy SSE transport's POSTs.
-    carried_requests: dict[tuple[Any, str], list[Any]] = field(default_factory=dict)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files
@@ -108,23 +100,23 @@ class Runtime:
 
 
 class Process:
-    """What must be one per process: the records vouched for, and what the redaction wrappers
-    (which run without the instrumentor) need of it, when there is one."""
+    """What must be one per process: the records vouched for, and the refused-records counter the
+    redaction wrappers (which run without the instrumentor) count on when no instrumentor runs."""
 
-    __slots__ = ("_refused", "runtime", "told_unredacted", "vouches")
+    __slots__ = ("_refused", "vouches")
 
     def __init__(self) -> None:
-        self.runtime: Runtime | None = None
         self.vouches = Vouches()
-        # Exporters the app's spans reach without redaction, already told at WARNING.
-        self.told_unredacted: weakref.WeakSet[object] = weakref.WeakSet()
         self._refused: Counter | None = None
 
     def count_refused(self) -> None:
         """A record refused by the redaction allow-list: counted on the instrumentor's meter, or on
         the global meter provider's when the redaction runs without the instrumentor."""
-        if self.runtime is not None:
-            self.runtime.instruments.records_refused.add(1)
+        from otel_mcp_replay.instrumentor import McpReplayInstrumentor  # imports this module
+
+        rt = McpReplayInstrumentor().runtime  # the one instrumentor (BaseInstrumentor's singleton)
+        if rt is not None:
+            rt.instruments.records_refused.add(1)
             return
         if self._refused is None:
             self._refused = Instruments.on(get_meter(t.INSTRUMENTATION_NAME)).records_refused

@@ -429,12 +429,12 @@ def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
 def test_the_example_config_parses_and_declares_both_policies() -> None:
     servers = servers_from_config_file(demo.CONFIG.read_text(), ".toml", "examples/replay.toml")
     assert len(servers) == len(demo.ORIGINS) == 2
-    billing = servers.resolve(demo.ORIGINS["billing"] + "/mcp")
+    billing = servers.declaration_for(demo.ORIGINS["billing"] + "/mcp")
     assert billing.policy == "app-authorized" and billing.label == "billing"
     assert billing.key_argument == "idempotency_key"
     assert billing.tools["search"].on == {"throttle", "network"} and not billing.tools["search"].changes
     assert billing.tools["charge"].changes and billing.tools["send_email"].changes
-    catalog = servers.resolve(demo.ORIGINS["catalog"] + "/mcp")
+    catalog = servers.declaration_for(demo.ORIGINS["catalog"] + "/mcp")
     assert catalog.policy == "compatibility" and catalog.label == "catalog"
     # The demo's faults script only tools the example declares.
     assert set(demo.FAULTS["billing"]) <= set(billing.tools)

@@ -6,7 +6,7 @@ Every generated value is known valid or invalid by construction, and some carry 
 - `servers_of`, `settings_of` and `instrument()` accept exactly the valid inputs and refuse the
   others with TypeError or ValueError only, never echoing a planted value: not in the message, the
   args, the repr, nor anywhere along the __cause__/__context__ chain.
-- `config.resolve({}, environ)` with fuzzed OTEL_PYTHON_MCP_REPLAY_* values never raises; anything
+- `config.configuration_of({}, environ)` with fuzzed OTEL_PYTHON_MCP_REPLAY_* values never raises; anything
   invalid is logged at ERROR without the value and the plugin runs fail-closed; all valid, it
   logs nothing and runs normally.
 """
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.endpoints import Servers, servers_of
 from otel_mcp_replay.settings import settings_of
 
@@ -561,7 +561,7 @@ def test_the_environment_never_raises_and_an_invalid_value_is_logged_without_it_
     elif missing:
         environ[ev.OTEL_PYTHON_MCP_REPLAY_CONFIG] = str(config_dir / f"{CANARY}.json")
     plugin_log.clear()
-    resolved = resolve({}, environ)  # never raises, whatever the environment says
+    resolved = configuration_of({}, environ)  # never raises, whatever the environment says
     logged = [r for r in plugin_log.records if r.name.startswith("otel_mcp_replay")]
     errors = [r for r in logged if r.levelno >= logging.ERROR]
     assert_no_echo(log_texts(logged))

@@ -22,7 +22,7 @@ import pytest
 
 import otel_mcp_replay
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 
 CANARY = "CANARY-cfg-93d0"
 CONFIG = ev.OTEL_PYTHON_MCP_REPLAY_CONFIG
@@ -38,7 +38,7 @@ def errors(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], str]]:
 
 
 def refused(environ: dict[str, str], errors: Callable[[], str], variable: str) -> str:
-    resolved = resolve({}, environ)
+    resolved = configuration_of({}, environ)
     logged = errors()
     assert resolved.fail_closed, "not fail-closed"
     assert variable in logged, logged
@@ -50,12 +50,12 @@ def refused(environ: dict[str, str], errors: Callable[[], str], variable: str) -
 
 
 def resolve_within(environ: dict[str, str], seconds: float) -> bool:
-    """Whether resolve(environ) returned within `seconds` (it runs in a daemon thread)."""
+    """Whether configuration_of(environ) returned within `seconds` (it runs in a daemon thread)."""
     done = threading.Event()
 
     def run() -> None:
         with contextlib.suppress(Exception):
-            resolve({}, environ)
+            configuration_of({}, environ)
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -89,8 +89,8 @@ def test_an_endless_device_is_refused_at_once() -> None:
         "import logging, resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
         "logging.basicConfig(stream=sys.stdout, level=logging.ERROR)\n"
-        "from otel_mcp_replay.config import resolve\n"
-        f"print('fail-closed', resolve({{}}, {{{CONFIG!r}: '/dev/zero'}}).fail_closed)\n"
+        "from otel_mcp_replay.config import configuration_of\n"
+        f"print('fail-closed', configuration_of({{}}, {{{CONFIG!r}: '/dev/zero'}}).fail_closed)\n"
     )
     source = str(Path(otel_mcp_replay.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
@@ -107,7 +107,7 @@ def test_a_file_over_one_mib_is_refused_and_one_at_the_cap_is_read(
     text = json.dumps(DECLARED)
     at_cap = tmp_path / "at-cap.json"
     at_cap.write_text(text + " " * (1024 * 1024 - len(text)))
-    resolved = resolve({}, {CONFIG: str(at_cap)})
+    resolved = configuration_of({}, {CONFIG: str(at_cap)})
     assert not resolved.fail_closed, errors()
     assert len(resolved.servers) == 1
     over = tmp_path / f"{CANARY}.json"
@@ -132,9 +132,9 @@ def test_a_config_file_may_open_with_a_byte_order_mark(
         path.write_text(json.dumps(DECLARED), encoding="utf-8-sig")
     else:
         path.write_text(f'[servers."{ENDPOINT}"]\npolicy = "app-authorized"\n', encoding="utf-8-sig")
-    resolved = resolve({}, {CONFIG: str(path)})
+    resolved = configuration_of({}, {CONFIG: str(path)})
     assert not resolved.fail_closed, errors()
-    assert resolved.servers.resolve(ENDPOINT).policy == "app-authorized"
+    assert resolved.servers.declaration_for(ENDPOINT).policy == "app-authorized"
 
 
 @pytest.mark.parametrize("text", ["null", " null "])

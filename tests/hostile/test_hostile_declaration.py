@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.endpoints import servers_of
 
 CANARY = "CANARY-tool-61c4"
@@ -61,7 +61,7 @@ def test_a_value_like_tool_name_is_counted_not_shown(name: str) -> None:
 @pytest.mark.parametrize("name", VALUE_LIKE_TOOL_NAMES)
 def test_a_value_like_tool_name_never_reaches_the_error_log(name: str, errors: Callable[[], str]) -> None:
     declared = {ENDPOINT: {"tools": {name: {"on": "throttle"}}}}
-    resolved = resolve({}, {ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: json.dumps(declared)})
+    resolved = configuration_of({}, {ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: json.dumps(declared)})
     assert resolved.fail_closed
     logged = errors()
     assert f"{ev.OTEL_PYTHON_MCP_REPLAY_SERVERS}[0].tools[0].on" in logged, logged

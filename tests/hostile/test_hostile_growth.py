@@ -16,7 +16,7 @@ from tests.growth import assert_linear
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.answers import SseAnswers
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
 
 KIB = 1024
@@ -93,7 +93,7 @@ def test_a_large_answer_in_small_chunks_costs_linear_time(chunk: int) -> None:
 def environment(variable: str, make: Callable[[int], str]) -> Callable[[int], Callable[[], object]]:
     def case(n: int) -> Callable[[], object]:
         environ = {variable: make(n)}
-        return lambda: resolve({}, environ)
+        return lambda: configuration_of({}, environ)
 
     return case
 
@@ -157,7 +157,7 @@ def test_reading_a_url_costs_linear_time(name: str) -> None:
 
         def run() -> None:
             origin_of(url)
-            NO_SERVERS.resolve(url)
+            NO_SERVERS.declaration_for(url)
             DECLARED._lookup(url)  # past the cache, which would answer a repeat at once
 
         return run

@@ -1,6 +1,6 @@
 """A URL the HTTP client accepts is never refused by the plugin.
 
-origin_of and Servers.resolve are called for every request the app sends. Whatever the URL's text
+origin_of and Servers.declaration_for are called for every request the app sends. Whatever the URL's text
 (an IPv6 zone, port 0, a host too long or spelt with `~`, `$` or `%41`), they return: the URL
 matches no declaration (compatibility) and its record names a safe endpoint, one that passes the
 record's allow-list and holds nothing of the URL's path, query or credentials.
@@ -47,8 +47,8 @@ def test_a_url_the_client_sends_is_never_refused(url: str) -> None:
     sent = str(httpx2.Request("POST", url).url)  # the text the seam reads: the client's own spelling
     for text in (url, sent):
         assert_safe(origin_of(text))
-        assert NO_SERVERS.resolve(text) is COMPATIBILITY
-        assert servers().resolve(text) is COMPATIBILITY  # type: ignore[attr-defined]
+        assert NO_SERVERS.declaration_for(text) is COMPATIBILITY
+        assert servers().declaration_for(text) is COMPATIBILITY  # type: ignore[attr-defined]
 
 
 def test_an_unparseable_url_is_named_unknown_and_a_parseable_one_by_its_origin() -> None:
@@ -83,6 +83,6 @@ url_texts = st.one_of(
 @given(url_texts)
 def test_origin_of_and_resolve_never_raise_and_name_only_a_safe_endpoint(url: str) -> None:
     assert_safe(origin_of(url))
-    assert NO_SERVERS.resolve(url) is COMPATIBILITY
-    found = servers().resolve(url)  # type: ignore[attr-defined]
+    assert NO_SERVERS.declaration_for(url) is COMPATIBILITY
+    found = servers().declaration_for(url)  # type: ignore[attr-defined]
     assert found is COMPATIBILITY or found is DECLARED

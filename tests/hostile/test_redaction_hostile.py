@@ -36,7 +36,7 @@ from otel_mcp_replay.redaction import (
     RedactionRules,
     split_patterns,
 )
-from otel_mcp_replay.redaction.config import Settings
+from otel_mcp_replay.redaction.user_rules import UserRules
 
 CANARY = "CANARY-5d1c"
 
@@ -84,7 +84,7 @@ def test_many_urls_in_one_text_are_redacted_in_linear_time() -> None:
 def test_nested_repeats_in_a_user_pattern_cannot_stall(pattern: str) -> None:
     # A backtracking engine stalls on these (2**n steps on n letters: a hang, which pytest's
     # timeout ends); RE2 never backtracks: the pattern must be RE2's, its redaction linear work.
-    (compiled,) = Settings.given((), [pattern], None).value_patterns
+    (compiled,) = UserRules.given((), [pattern], None).value_patterns
     assert type(compiled) is type(re2.compile("a"))
     rules = RedactionRules(redact_values=[pattern])
     assert_redacted_in_linear_work(rules, lambda n: "a" * n + "!")

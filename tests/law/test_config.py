@@ -24,7 +24,7 @@ from harness.server import ServerHandle
 from otel_mcp_replay import McpReplayInstrumentor
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.config import resolve
+from otel_mcp_replay.config import configuration_of
 
 CANARY = "CANARY-env-4b1d"
 
@@ -131,7 +131,7 @@ async def test_an_invalid_environment_value_is_logged_and_runs_fail_closed(
 def test_servers_and_config_together_is_an_error_naming_both(caplog: pytest.LogCaptureFixture) -> None:
     environ = {ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: "{}", ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: "/x.toml"}
     with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
-        resolved = resolve({}, environ)
+        resolved = configuration_of({}, environ)
     assert resolved.fail_closed
     assert (
         ev.OTEL_PYTHON_MCP_REPLAY_SERVERS in caplog.text and ev.OTEL_PYTHON_MCP_REPLAY_CONFIG in caplog.text
@@ -139,7 +139,7 @@ def test_servers_and_config_together_is_an_error_naming_both(caplog: pytest.LogC
 
 
 def test_valid_environment_settings_are_read() -> None:
-    resolved = resolve(
+    resolved = configuration_of(
         {},
         {
             ev.OTEL_PYTHON_MCP_REPLAY_MAX_ATTEMPTS: "5",
@@ -152,7 +152,7 @@ def test_valid_environment_settings_are_read() -> None:
     settings = resolved.settings
     assert (settings.max_attempts, settings.max_wait_ms, settings.retry_on_throttle) == (5, 250, False)
     assert settings.retry_budget is None
-    assert resolve({}, {}).settings.retry_budget == (100, 0.1)
+    assert configuration_of({}, {}).settings.retry_budget == (100, 0.1)
 
 
 @pytest.mark.parametrize(

@@ -449,30 +449,30 @@ def servers() -> Any:
     ],
 )
 def test_endpoint_matching(request_url: str, label: str | None) -> None:
-    found = servers().resolve(request_url)
+    found = servers().declaration_for(request_url)
     assert found.label == label
     if label is None:
         assert found is COMPATIBILITY
-    assert servers().resolve(request_url) == found  # and again, from the cache
+    assert servers().declaration_for(request_url) == found  # and again, from the cache
 
 
 def test_default_ports_match_both_ways() -> None:
     declared = servers_of({"http://h:80/mcp": PATH_KEY, "https://h:443": SECURE})
-    assert declared.resolve("http://h/mcp") is PATH_KEY
-    assert declared.resolve("https://h/anything") is SECURE
-    assert declared.resolve("http://h:443/mcp") is COMPATIBILITY
+    assert declared.declaration_for("http://h/mcp") is PATH_KEY
+    assert declared.declaration_for("https://h/anything") is SECURE
+    assert declared.declaration_for("http://h:443/mcp") is COMPATIBILITY
 
 
 def test_ipv6_and_international_hosts() -> None:
     declared = servers_of({"http://[::1]:8000/mcp": PATH_KEY, "https://Bücher.example/mcp": SECURE})
-    assert declared.resolve("http://[0:0::1]:8000/mcp") is COMPATIBILITY  # no address normalisation
-    assert declared.resolve("http://[::1]:8000/mcp") is PATH_KEY
-    assert declared.resolve("https://xn--bcher-kva.example/mcp") is SECURE
-    assert declared.resolve("https://bücher.example/mcp") is SECURE
+    assert declared.declaration_for("http://[0:0::1]:8000/mcp") is COMPATIBILITY  # no address normalisation
+    assert declared.declaration_for("http://[::1]:8000/mcp") is PATH_KEY
+    assert declared.declaration_for("https://xn--bcher-kva.example/mcp") is SECURE
+    assert declared.declaration_for("https://bücher.example/mcp") is SECURE
 
 
 def test_no_servers_resolves_everything_to_compatibility() -> None:
-    assert NO_SERVERS.resolve("http://anything/mcp") is COMPATIBILITY
+    assert NO_SERVERS.declaration_for("http://anything/mcp") is COMPATIBILITY
     assert len(NO_SERVERS) == 0
     assert servers_of(None) is NO_SERVERS
     assert servers_of({}) == NO_SERVERS
@@ -487,14 +487,14 @@ def test_servers_count_and_never_show_their_urls() -> None:
 
 def test_resolve_needs_a_string() -> None:
     with pytest.raises(TypeError):
-        servers().resolve(b"http://api.example.com:8000/mcp")  # type: ignore[arg-type]
+        servers().declaration_for(b"http://api.example.com:8000/mcp")  # type: ignore[arg-type]
 
 
 def test_the_resolve_cache_is_bounded() -> None:
     declared = servers()
     for i in range(3000):
-        assert declared.resolve(f"http://api.example.com:8000/mcp?i={i}") is PATH_KEY
-    assert declared.resolve.cache_info().currsize <= 1024  # type: ignore[attr-defined]
+        assert declared.declaration_for(f"http://api.example.com:8000/mcp?i={i}") is PATH_KEY
+    assert declared.declaration_for.cache_info().currsize <= 1024  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -538,7 +538,7 @@ def test_an_origin_is_always_a_record_endpoint(parts: tuple[str, str, str, str, 
         with pytest.raises(ValueError):
             servers_of({text: PATH_KEY})
         return
-    assert servers_of({text: PATH_KEY}).resolve(text) is PATH_KEY
+    assert servers_of({text: PATH_KEY}).declaration_for(text) is PATH_KEY
 
 
 # --- text forms ---------------------------------------------------------------------------------
@@ -560,18 +560,19 @@ changes = true
 
 def test_a_toml_config_file() -> None:
     declared = servers_from_config_file(TOML, ".TOML", "cfg")
-    assert declared.resolve("http://127.0.0.1:8000/mcp") == declaration_of(FULL)
+    assert declared.declaration_for("http://127.0.0.1:8000/mcp") == declaration_of(FULL)
 
 
 def test_a_json_config_file_and_inline_json() -> None:
     import json
 
     text = json.dumps({"servers": {"http://127.0.0.1:8000/mcp": FULL}})
-    assert servers_from_config_file(text, ".json", "cfg").resolve(
+    assert servers_from_config_file(text, ".json", "cfg").declaration_for(
         "http://127.0.0.1:8000/mcp"
     ) == declaration_of(FULL)
     inline = json.dumps({"http://127.0.0.1:8000/mcp": FULL})
-    assert servers_from_json(inline, "ENV").resolve("http://127.0.0.1:8000/mcp/") == declaration_of(FULL)
+    from_json = servers_from_json(inline, "ENV")
+    assert from_json.declaration_for("http://127.0.0.1:8000/mcp/") == declaration_of(FULL)
 
 
 def test_a_config_file_without_servers_declares_none() -> None:
@@ -581,7 +582,7 @@ def test_a_config_file_without_servers_declares_none() -> None:
 
 def test_servers_may_hold_declarations_already_built() -> None:
     built = declaration_of(FULL)
-    assert servers_of({"http://h/mcp": built}).resolve("http://h:80/mcp") is built
+    assert servers_of({"http://h/mcp": built}).declaration_for("http://h:80/mcp") is built
 
 
 # --- settings -----------------------------------------------------------------------------------

@@ -61,7 +61,6 @@ from harness.receiver import OtlpReceiver
 from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import McpReplayInstrumentor, UnknownEffectError
-from otel_mcp_replay import runtime as _runtime
 from otel_mcp_replay import telemetry as t
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
@@ -168,9 +167,9 @@ async def no_leaks(what: str) -> Any:
     gc.collect()
     fds_before = open_fds()
     tasks_before = len(asyncio.all_tasks())
-    runtimes = [_runtime.PROCESS.runtime]
+    runtimes = [McpReplayInstrumentor().runtime]
     yield
-    runtimes.append(_runtime.PROCESS.runtime)
+    runtimes.append(McpReplayInstrumentor().runtime)
     assert await settled(lambda: len(asyncio.all_tasks()) <= tasks_before), (
         f"{what}: asyncio tasks left behind: {task_names()}"
     )
@@ -1056,7 +1055,7 @@ async def run_cycles(server: ServerHandle, telemetry: Telemetry, mode: str, cycl
 
         for name, (owner, attr, original) in ORIGINALS.items():
             assert getattr(owner, attr) is original, f"{name} is still patched"
-        assert _runtime.PROCESS.runtime is None
+        assert McpReplayInstrumentor().runtime is None
         server.faults.clear()
         telemetry.exporter.clear()
         result = await client.call_tool("search", {"query": "after"})

@@ -10,12 +10,15 @@ The task that POSTs a call's request also reads its response; when it ends, the 
 (`ToolCall.handled`): 1.x leaves a call whose 2xx never brought its answer waiting, and the call
 ends itself there. The legacy SSE transport POSTs from a closure's task no seam reaches: there the
 HTTP seam asks `carried_call` for the call waiting with the request's id and tool. Both seams are
-class attributes: import order cannot matter.
+class attributes: import order cannot matter. What the carrier remembers is its own `Carriage`,
+made by `instrument()` on 1.x only and bound into these seams: on 2.x none exists to be consulted.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import wrapt
@@ -25,6 +28,21 @@ from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.patches import session
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
+
+
+@dataclass(frozen=True, eq=False)
+class Carriage:
+    """mcp 1.x: the messages sent during a call, kept for the task that POSTs them, with the runtime
+    of the `instrument()` that made it."""
+
+    rt: Runtime
+    # Messages sent during a call, by id, with that call.
+    carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    # ... and those sent while instrumentation was suppressed (weak: a message gone is forgotten,
+    # whichever transport took it, or none).
+    suppressed: weakref.WeakValueDictionary[int, Any] = field(default_factory=weakref.WeakValueDictionary)
+    # ... and their tools/call requests by (JSON-RPC id, tool), for the legacy SSE transport's POSTs.
+    requests: dict[tuple[Any, str], list[Any]] = field(default_factory=dict)
 
 
 class StreamProxy(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
@@ -44,27 +62,27 @@ class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """A session's write stream: each message sent during a call is remembered with it, and a tool
     call's request by its (id, tool) too, for the legacy SSE transport's POSTs."""
 
-    def __init__(self, wrapped: Any, rt: Runtime) -> None:
+    def __init__(self, wrapped: Any, carriage: Carriage) -> None:
         super().__init__(wrapped)
-        self._self_rt = rt
+        self._self_carriage = carriage
 
     async def send(self, item: Any) -> None:
         call = CURRENT_CALL.get()
         if call is not None:
-            rt, key = self._self_rt, id(item)
-            rt.carried[key] = (item, call)
-            call.when_ended(lambda: rt.carried.pop(key, None))
+            carriage, key = self._self_carriage, id(item)
+            carriage.carried[key] = (item, call)
+            call.when_ended(lambda: carriage.carried.pop(key, None))
             request = _request_of(item)
             if getattr(request, "method", None) == TOOLS_CALL_METHOD:
                 by_request = (getattr(request, "id", None), call.tool)
-                rt.carried_requests.setdefault(by_request, []).append(call)
-                call.when_ended(lambda: _forget(rt, by_request, call))
+                carriage.requests.setdefault(by_request, []).append(call)
+                call.when_ended(lambda: _forget(carriage, by_request, call))
         elif not is_instrumentation_enabled():  # its POST is sent suppressed too (_Delivering)
-            self._self_rt.suppressed_messages[id(item)] = item
+            self._self_carriage.suppressed[id(item)] = item
         await self.__wrapped__.send(item)
 
 
-def carried_call(rt: Runtime, body: dict[str, Any]) -> ToolCall | None:
+def carried_call(carriage: Carriage, body: dict[str, Any]) -> ToolCall | None:
     """The call that sent this tools/call request (the legacy SSE transport POSTs it from a task of
     its own, where no call is current): the first still waiting with its id and tool. Two sessions
     sending the very same id and tool at once are told apart by order only."""
@@ -72,15 +90,15 @@ def carried_call(rt: Runtime, body: dict[str, Any]) -> ToolCall | None:
     tool = params.get("name") if type(params) is dict else None
     if type(tool) is not str:
         return None
-    waiting = rt.carried_requests.get((body.get("id"), tool))
+    waiting = carriage.requests.get((body.get("id"), tool))
     return waiting.pop(0) if waiting else None
 
 
-def sent_suppressed(rt: Runtime, body: dict[str, Any]) -> bool:
+def sent_suppressed(carriage: Carriage, body: dict[str, Any]) -> bool:
     """Whether this request was sent while its sender suppressed instrumentation (the legacy SSE
     transport POSTs it from a task of its own, which no seam reaches to suppress): the first such
     message still alive with its id and method is taken."""
-    suppressed = rt.suppressed_messages
+    suppressed = carriage.suppressed
     for key, item in list(suppressed.items()):  # only messages sent suppressed, not yet gone
         request = _request_of(item)
         if getattr(request, "id", None) == body.get("id") and getattr(request, "method", None) == body.get(
@@ -102,17 +120,21 @@ def _call_of(carried: dict[int, tuple[Any, Any]], item: Any, *, take: bool) -> T
     return found[1] if found is not None and found[0] is item else None
 
 
-def _forget(rt: Runtime, key: tuple[Any, str], call: ToolCall) -> None:
-    waiting = rt.carried_requests.get(key)
+def _forget(carriage: Carriage, key: tuple[Any, str], call: ToolCall) -> None:
+    waiting = carriage.requests.get(key)
     if waiting is not None:
         if call in waiting:
             waiting.remove(call)
         if not waiting:
-            del rt.carried_requests[key]
+            del carriage.requests[key]
 
 
 def send_request(
-    rt: Runtime, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    carriage: Carriage,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """`BaseSession.send_request`: a session made before instrument() never had its write stream
     given to a carrier (`session_init`); it is given one when it first sends during a call, so that
@@ -124,30 +146,38 @@ def send_request(
         and session.tool_of(args[0] if args else kwargs.get("request")) is not None
     ):
         return session.send_request(
-            rt, lambda *a, **k: _carried(rt, wrapped, instance, a, k), instance, args, kwargs
+            carriage.rt, lambda *a, **k: _carried(carriage, wrapped, instance, a, k), instance, args, kwargs
         )
-    return _carried(rt, wrapped, instance, args, kwargs)
+    return _carried(carriage, wrapped, instance, args, kwargs)
 
 
 def _carried(
-    rt: Runtime, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    carriage: Carriage,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     if CURRENT_CALL.get() is not None:
         stream = getattr(instance, "_write_stream", None)
         if stream is not None and not isinstance(stream, _Carrier):
-            instance._write_stream = _Carrier(stream, rt)
+            instance._write_stream = _Carrier(stream, carriage)
     return wrapped(*args, **kwargs)
 
 
 async def handle_post_request(
-    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    carriage: Carriage,
+    wrapped: Callable[..., Any],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """`StreamableHTTPTransport._handle_post_request(ctx)`, in the task that POSTs `ctx`'s message: a
     transport entered before instrument() takes its messages unwrapped (`post_writer`), so no call
     is current there; the call that sent this very message becomes current for its POST."""
     if CURRENT_CALL.get() is None:
         ctx = args[0] if args else kwargs.get("ctx")
-        call = _call_of(rt.carried, getattr(ctx, "session_message", None), take=False)
+        call = _call_of(carriage.carried, getattr(ctx, "session_message", None), take=False)
         if call is not None:
             token = CURRENT_CALL.set(call)
             try:
@@ -162,9 +192,9 @@ class _Delivering(StreamProxy):
     instrumentation is suppressed while it takes one its sender sent suppressed (as 2.x's SDK sends
     each message under its sender's whole context)."""
 
-    def __init__(self, wrapped: Any, rt: Runtime) -> None:
+    def __init__(self, wrapped: Any, carriage: Carriage) -> None:
         super().__init__(wrapped)
-        self._self_rt = rt
+        self._self_carriage = carriage
         self._self_suppressing: Any = None  # the suppression entered for the last message, if any
 
     def __aiter__(self) -> _Delivering:
@@ -172,9 +202,9 @@ class _Delivering(StreamProxy):
 
     async def __anext__(self) -> Any:
         item = await self.__wrapped__.__anext__()
-        rt = self._self_rt
-        CURRENT_CALL.set(_call_of(rt.carried, item, take=True))
-        suppressed = rt.suppressed_messages.pop(id(item), None) is item
+        carriage = self._self_carriage
+        CURRENT_CALL.set(_call_of(carriage.carried, item, take=True))
+        suppressed = carriage.suppressed.pop(id(item), None) is item
         suppressing = self._self_suppressing
         if suppressed and suppressing is None:
             suppressing = self._self_suppressing = suppress_instrumentation()
@@ -203,20 +233,28 @@ class _Handling(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
 
 
 def session_init(
-    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    carriage: Carriage,
+    wrapped: Callable[..., Any],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """`ClientSession(read_stream, write_stream, ...)`: its write stream carries calls."""
-    carrier = _replaced(args, kwargs, 1, "write_stream", lambda s: _Carrier(s, rt))
+    carrier = _replaced(args, kwargs, 1, "write_stream", lambda s: _Carrier(s, carriage))
     return wrapped(*carrier, **kwargs)
 
 
 def post_writer(
-    rt: Runtime, wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    carriage: Carriage,
+    wrapped: Callable[..., Any],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """`post_writer(client, write_stream_reader, read_stream_writer, write_stream, start_get_stream,
     tg)`: each message's call becomes current, and the task the message is sent from tells it when
     it ends."""
-    args = _replaced(args, kwargs, 1, "write_stream_reader", lambda s: _Delivering(s, rt))
+    args = _replaced(args, kwargs, 1, "write_stream_reader", lambda s: _Delivering(s, carriage))
     return wrapped(*_replaced(args, kwargs, 5, "tg", _Handling), **kwargs)
 
 

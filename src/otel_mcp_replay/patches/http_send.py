@@ -43,7 +43,7 @@ from otel_mcp_replay.law import (
     classify,
     target_of,
 )
-from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
+from otel_mcp_replay.patches.carrier import Carriage, carried_call, sent_suppressed
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
@@ -85,6 +85,7 @@ class HttpLibrary:
 async def send(
     rt: Runtime,
     http: HttpLibrary,
+    carriage: Carriage | None,  # mcp 1.x's carrier (patches/carrier.py); None on 2.x
     wrapped: Callable[..., Awaitable[Any]],
     instance: Any,
     args: tuple[Any, ...],
@@ -106,24 +107,29 @@ async def send(
     accept, content_type = _accept_and_content_type(request.headers)
     # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
     streamable = b"text/event-stream" in accept and b"application/json" in accept
-    if call is None and sse is None and not streamable and not rt.carried_requests:
+    if call is None and sse is None and not streamable and (carriage is None or not carriage.requests):
         return await wrapped(*args, **kwargs)
     if call is not None and call.attempt is not None and call.attempt.state == "redirected":
         await request.aread()  # the next hop of a followed redirect: the same body, as a stream
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
-    if call is None and not streamable and (rt.carried_requests or rt.suppressed_messages):
+    if (
+        call is None
+        and not streamable
+        and carriage is not None
+        and (carriage.requests or carriage.suppressed)
+    ):
         # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
-        call = carried_call(rt, body)
-        if call is None and sent_suppressed(rt, body):
+        call = carried_call(carriage, body)
+        if call is None and sent_suppressed(carriage, body):
             with suppress_instrumentation():
                 return await wrapped(*args, **kwargs)
     rest = dict(kwargs)
     rest.pop("request", None)
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
-    declaration = sse.declaration if sse is not None else rt.servers.resolve(url)
+    declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
 
     async def exchange_once() -> Any:
         return await wrapped(request, *args[1:], **rest)

@@ -39,7 +39,7 @@ def watch_event_stream(
     if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
         return response
     get_url = str(request.url)
-    declaration = rt.servers.resolve(get_url)
+    declaration = rt.servers.declaration_for(get_url)
     stream = SseStream(declaration, declaration.label or rt.origin(get_url))
     stream_id, waiting = id(stream), rt.sse_waiting
 

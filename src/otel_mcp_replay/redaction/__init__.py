@@ -5,7 +5,7 @@ The rule: a span reaches the wrapped processor or exporter only after every rule
 fails is dropped, never passed on raw. Every rule runs in time linear in the text it reads.
 
 The layout follows the Collector's redaction processor:
-- config.py: the user's settings (OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS / _REDACT_VALUES, RE2 syntax,
+- user_rules.py: the user's rules (OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS / _REDACT_VALUES, RE2 syntax,
   comma lists where `\\,` is a literal comma; _SESSION_KEY), read and compiled once.
 - keys.py: the built-in sensitive, session-id and URL keys, by their words.
 - urls.py: URL masking.   text.py: the rules on free text, with their triggers.
@@ -14,16 +14,16 @@ The layout follows the Collector's redaction processor:
 - export_path.py: check_export_path, the one WARNING when exported spans skip redaction.
 """
 
-from otel_mcp_replay.redaction.config import (
+from otel_mcp_replay.redaction.export_path import check_export_path
+from otel_mcp_replay.redaction.rules import RedactionRules
+from otel_mcp_replay.redaction.text import MASK
+from otel_mcp_replay.redaction.urls import URL_MASK, mask_url
+from otel_mcp_replay.redaction.user_rules import (
     ENV_REDACT_KEYS,
     ENV_REDACT_VALUES,
     ENV_SESSION_KEY,
     split_patterns,
 )
-from otel_mcp_replay.redaction.export_path import check_export_path
-from otel_mcp_replay.redaction.rules import RedactionRules
-from otel_mcp_replay.redaction.text import MASK
-from otel_mcp_replay.redaction.urls import URL_MASK, mask_url
 from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingSpanProcessor
 
 __all__ = [

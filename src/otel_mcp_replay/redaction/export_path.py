@@ -17,6 +17,7 @@ judged: it may export, or not. A provider that is not the SDK's exports nothing 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator
 from typing import Final
 
@@ -25,7 +26,6 @@ from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, SynchronousMul
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingSpanProcessor
-from otel_mcp_replay.runtime import PROCESS
 
 _logger = logging.getLogger(__name__)
 
@@ -53,15 +53,19 @@ def _walk(processor: object, depth: int) -> Iterator[object]:
         yield exporter
 
 
-def check_export_path(tracer_provider: object | None = None) -> None:
+def check_export_path(
+    tracer_provider: object | None = None, *, told: weakref.WeakSet[object] | None = None
+) -> None:
     """Log one WARNING when spans of `tracer_provider` (None: the global one) reach an exporter
-    without redaction, once per exporter in the process. Never raises (it runs inside `instrument()`)."""
+    without redaction, naming those not yet in `told` and adding them (the instrumentor's set: each
+    exporter is told once, however often instrument() runs). Never raises (it runs inside
+    `instrument()`)."""
     try:
         provider = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
-        told = PROCESS.told_unredacted  # once per exporter: instrument() may run many times
-        fresh = [exporter for exporter in unredacted_exporters(provider) if exporter not in told]
-        for exporter in fresh:
-            told.add(exporter)
+        fresh = unredacted_exporters(provider)
+        if told is not None:  # once per exporter: instrument() may run many times
+            fresh = [exporter for exporter in fresh if exporter not in told]
+            told.update(fresh)
         names = sorted({type(exporter).__name__ for exporter in fresh})
     except Exception:  # a provider or processor of unexpected shape: nothing said is better than a crash
         _logger.debug("otel-mcp-replay could not check the span export path", exc_info=True)

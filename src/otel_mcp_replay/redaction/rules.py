@@ -34,10 +34,10 @@ from opentelemetry.util.types import Attributes
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import validate_record
 from otel_mcp_replay.redaction import keys
-from otel_mcp_replay.redaction.config import Settings
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
 from otel_mcp_replay.redaction.text import MASK, TextRules
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
+from otel_mcp_replay.redaction.user_rules import UserRules
 from otel_mcp_replay.runtime import PROCESS
 
 _logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ _RECORD_TEXT_KEYS: Final = (t.ENDPOINT, t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID
 class RedactionRules:
     """Built-in rules plus the user's key and value patterns and the session-hash key.
 
-    `redact_keys` and `redact_values` are RE2 patterns (config.py); `session_key` is the HMAC key
+    `redact_keys` and `redact_values` are RE2 patterns (user_rules.py); `session_key` is the HMAC key
     for session ids (None: this process's random key). A bad rule raises ValueError naming the
     argument and the entry's position, never its text.
     """
@@ -72,15 +72,15 @@ class RedactionRules:
         redact_values: Iterable[str] = (),
         session_key: bytes | str | None = None,
     ) -> None:
-        self._use(Settings.given(redact_keys, redact_values, session_key))
+        self._use(UserRules.given(redact_keys, redact_values, session_key))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RedactionRules:
         """The rules the environment declares; ValueError naming the first bad variable and entry."""
-        settings, errors = Settings.read(os.environ if environ is None else environ)
+        user_rules, errors = UserRules.read(os.environ if environ is None else environ)
         if errors:
             raise errors[0]
-        return cls._of(settings)
+        return cls._of(user_rules)
 
     @classmethod
     def from_env_or_builtin(cls, environ: Mapping[str, str] | None = None) -> RedactionRules:
@@ -89,21 +89,21 @@ class RedactionRules:
         For auto-instrumentation, where an exception would stop the app or the other instrumentors.
         The built-in rules always stay in force; a bad session key leaves the per-process random key.
         """
-        settings, errors = Settings.read(os.environ if environ is None else environ)
+        user_rules, errors = UserRules.read(os.environ if environ is None else environ)
         for error in errors:
             _logger.error("otel-mcp-replay redaction: %s; ignored, the other rules apply", error)
-        return cls._of(settings)
+        return cls._of(user_rules)
 
     @classmethod
-    def _of(cls, settings: Settings) -> RedactionRules:
+    def _of(cls, user_rules: UserRules) -> RedactionRules:
         rules = cls.__new__(cls)
-        rules._use(settings)
+        rules._use(user_rules)
         return rules
 
-    def _use(self, settings: Settings) -> None:
-        self._key_patterns = settings.key_patterns
-        self._texts = TextRules(settings.value_patterns)
-        self._session_key = settings.session_key
+    def _use(self, user_rules: UserRules) -> None:
+        self._key_patterns = user_rules.key_patterns
+        self._texts = TextRules(user_rules.value_patterns)
+        self._session_key = user_rules.session_key
         self._actions: dict[str, int] = {}
         self._hashes: dict[str, str] = {}
         # The user's key rules reach the record's keys too (its keys are fixed: decided once).

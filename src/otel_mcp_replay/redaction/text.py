@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from otel_mcp_replay.redaction.config import Pattern, compile_re2
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_urls_in_text
+from otel_mcp_replay.redaction.user_rules import Pattern, compile_re2
 
 MASK: Final = "[REDACTED]"
 

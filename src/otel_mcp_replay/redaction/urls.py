@@ -10,7 +10,7 @@ from __future__ import annotations
 from string import ascii_letters, digits
 from typing import Final
 
-from otel_mcp_replay.redaction.config import compile_re2
+from otel_mcp_replay.redaction.user_rules import compile_re2
 
 URL_MASK: Final = "REDACTED"  # the word opentelemetry-util-http already writes into URLs
 

@@ -1,4 +1,4 @@
-"""The user's redaction settings: read from the environment (or given in code) and compiled once.
+"""The user's redaction rules: read from the environment (or given in code) and compiled once.
 
 The rule: a bad entry costs that entry only. Each pattern is compiled on RE2 (linear time in the
 text it reads, whatever the pattern); one that RE2 refuses (bad syntax, too large a program) or
@@ -136,7 +136,7 @@ def session_key_bytes(field: str, key: bytes | str | None) -> bytes:
 
 
 @dataclass(frozen=True)
-class Settings:
+class UserRules:
     """The user's part of the rules, compiled: key patterns (case-insensitive), value patterns, and
     the HMAC key of session hashes."""
 
@@ -147,7 +147,7 @@ class Settings:
     @classmethod
     def given(
         cls, redact_keys: Iterable[str], redact_values: Iterable[str], session_key: bytes | str | None
-    ) -> Settings:
+    ) -> UserRules:
         """From code: the first bad entry raises RuleError (a ValueError), `from None`."""
         keys, key_errors = compile_entries("redact_keys", redact_keys, ignore_case=True)
         values, value_errors = compile_entries("redact_values", redact_values, ignore_case=False)
@@ -156,7 +156,7 @@ class Settings:
         return cls(keys, values, session_key_bytes("session_key", session_key))
 
     @classmethod
-    def read(cls, environ: Mapping[str, str]) -> tuple[Settings, list[RuleError]]:
+    def read(cls, environ: Mapping[str, str]) -> tuple[UserRules, list[RuleError]]:
         """From the environment: what is good, and one error per bad entry or variable."""
         errors: list[RuleError] = []
         lists: dict[str, tuple[Pattern, ...]] = {}
