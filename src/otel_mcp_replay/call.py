@@ -30,7 +30,6 @@ from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
     NO_RESPONSE,
-    NOT_SENT,
     Answer,
     Outcome,
     Permission,
@@ -265,7 +264,7 @@ class Attempt:
             self.exchanged(classify(self.hop_status, None))
             self.decided(0, None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange
-            self.exchanged(NO_RESPONSE if self.wire else NOT_SENT)  # sent, no answer; or never sent
+            self.exchanged(classify(0, None, sent=self.wire > 0))  # sent, no answer; or never sent
             self.decided(0, "budget" if self.wire else None)
         elif self.state == "exchanged":
             self.decided(0, "budget")

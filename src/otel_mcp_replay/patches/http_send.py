@@ -32,8 +32,6 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
-    NO_RESPONSE,
-    NOT_SENT,
     PROTOCOL,
     Answer,
     Outcome,
@@ -382,7 +380,7 @@ async def _tool_exchange(
         # Never sent: raised before the request reached the connection (its auth flow, an event hook,
         # building it: `reached_connection` never saw it), or the connection was never made.
         sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
-        return (NO_RESPONSE if sent else NOT_SENT), None, exc
+        return classify(0, None, sent=sent), None, exc
     finally:
         _EXCHANGING.reset(exchanging)
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
