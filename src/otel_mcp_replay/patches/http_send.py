@@ -148,7 +148,10 @@ async def send(
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
         latest = await exchange_once()  # a transport error is the SDK's, as it always was
-        decision, policy = policy.after(await _protocol_outcome(declaration, latest), rt.rng)
+        outcome = await _protocol_outcome(declaration, latest)
+        if policy.endpoint_budget is not None:
+            policy.endpoint_budget.charge(outcome)
+        decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
         await anyio.sleep(decision.ms / 1000)
@@ -255,6 +258,7 @@ async def _tool_series(
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
     response: Any = None
     error: BaseException | None = None
+    budget = policy.endpoint_budget  # the endpoint's bucket: charged here, apart from the policy
     try:
         while True:
             attempt = call.opened(permission)
@@ -263,6 +267,8 @@ async def _tool_series(
             final, response, error = await _attempt(
                 http, attempt, request, exchange_once, declaration, sse, watch_body
             )
+            if budget is not None:
+                budget.charge(final)
             decision, policy = policy.after(final, rt.rng)
             attempt.exchanged(final, error)  # a no-op for a redirect the client follows
             if not isinstance(decision, Wait):
