@@ -16,7 +16,7 @@ import contextvars
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import anyio
 from opentelemetry import trace
@@ -30,7 +30,6 @@ from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
     NO_RESPONSE,
-    NOT_SENT,
     Answer,
     Outcome,
     Permission,
@@ -50,32 +49,22 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
 
 
-class SeriesKnowledge:
-    """What is known of a whole series' effect, one attempt at a time.
+# What a series' effect becomes after one more attempt's: uncertainty survives (once any attempt
+# is `unknown`, the series is), and evidence that something ran (`applied`) is never erased.
+_RANK: Final[dict[Effect, int]] = {"none": 0, "applied": 1, "unknown": 2}
+_SERIES: Final[dict[tuple[Effect, Effect], Effect]] = {
+    (so_far, attempt): so_far if _RANK[so_far] >= _RANK[attempt] else attempt
+    for so_far in _RANK
+    for attempt in _RANK
+}
 
-    Uncertainty survives: once any attempt is `unknown`, the series is, whatever later attempts
-    show. Evidence that something ran (`applied`) is never erased by a later failure.
-    """
 
-    __slots__ = ("_applied", "_unknown")
-
-    def __init__(self) -> None:
-        self._unknown = False
-        self._applied = False
-
-    def note(self, effect: Effect) -> None:
-        if effect == "unknown":
-            self._unknown = True
-        elif effect == "applied":
-            self._applied = True
-        elif effect != "none":
-            raise ValueError("an effect is none, unknown or applied")
-
-    @property
-    def effect(self) -> Effect:
-        if self._unknown:
-            return "unknown"
-        return "applied" if self._applied else "none"
+def series_effect(so_far: Effect, attempt: Effect) -> Effect:
+    """What is known of a whole series' effect once one more attempt came to `attempt`."""
+    try:
+        return _SERIES[so_far, attempt]  # one lookup: it is asked once per attempt
+    except KeyError:
+        raise ValueError("an effect is none, unknown or applied") from None
 
 
 class RequestFacts:
@@ -265,7 +254,7 @@ class Attempt:
             self.exchanged(classify(self.hop_status, None))
             self.decided(0, None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange
-            self.exchanged(NO_RESPONSE if self.wire else NOT_SENT)  # sent, no answer; or never sent
+            self.exchanged(classify(0, None, sent=self.wire > 0))  # sent, no answer; or never sent
             self.decided(0, "budget" if self.wire else None)
         elif self.state == "exchanged":
             self.decided(0, "budget")
@@ -281,7 +270,7 @@ class Attempt:
         assert outcome.effect is not None
         if call.attempt is self:
             call.attempt = None
-        call.knowledge.note(outcome.effect)
+        call.effect = series_effect(call.effect, outcome.effect)
         attributes: dict[str, str | int] = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         if outcome.status:
             attributes[t.HTTP_STATUS_CODE] = outcome.status
@@ -322,6 +311,7 @@ class ToolCall:
     attempts = 0
     final_error: BaseException | None = None  # the transport error of the last unanswered attempt
     abandoned = False
+    effect: Effect = "none"  # of the whole series so far: series_effect of its attempts
     _abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
     scope: anyio.CancelScope | None = None  # set while the seam can stop the call
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
@@ -347,7 +337,6 @@ class ToolCall:
             self.app_call = app_call
             self.round, self.span, self.context = app_call.next_round()
         self.facts = RequestFacts()
-        self.knowledge = SeriesKnowledge()
         self.rows: list[AttemptRow] = []
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
@@ -504,7 +493,7 @@ class ToolCall:
             elif stopped is not None and not cancelled:
                 seen = stopped  # the server's refusal, which the SDK would not have raised in time
             guard = self.runtime.guard
-            if self.fingerprint is not None and guard is not None and self.knowledge.effect == "unknown":
+            if self.fingerprint is not None and guard is not None and self.effect == "unknown":
                 guard.remember(self.fingerprint)
                 self.guard_armed = True
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
@@ -523,7 +512,7 @@ class ToolCall:
         if self.declaration is None:
             self._without_http(verdict)
         declaration = self.declaration or COMPATIBILITY
-        effect = self.knowledge.effect
+        effect = self.effect
         try:
             record = build_record(
                 policy=declaration.policy,
@@ -626,9 +615,7 @@ class AppCall:
     def round_ended(self, call: ToolCall, verdict: CallVerdict, *, filed: bool = True) -> None:
         self.last = (call, verdict)
         self.unfiled = None if filed else call
-        effect = call.knowledge.effect
-        if effect == "unknown" or (effect == "applied" and self.effect == "none"):
-            self.effect = effect
+        self.effect = series_effect(self.effect, call.effect)
 
     def ended(self, error: BaseException | None, result: object = None) -> None:
         """The app's call returned `result` (`error` None) or raised `error`: end its span, count it

@@ -220,19 +220,25 @@ def classify(
     status: int,
     reply: Reply | None,
     *,
+    sent: bool = True,
     session_busy: bool = False,
     retry_after: str | None = None,
     now_epoch_s: float = 0.0,
 ) -> Outcome:
-    """What a received response says of the attempt. `reply` is what its body said of the JSON-RPC
-    answer (None: the body is not read, e.g. the SSE transport's 202, whose answer comes on the GET
-    stream). A refusal (429, an adapter's) is `unknown`: it is not proof that nothing ran."""
+    """THE one classification of an attempt, from what the transport saw: `status` 0 is no
+    response (`sent` False: the request never reached the connection, NOT_SENT; else NO_RESPONSE),
+    else the response's status, and `reply` what its body said of the JSON-RPC answer (None: the
+    body is not read, e.g. the SSE transport's 202, whose answer comes on the GET stream). A later
+    word of its stream is `Outcome.after_stream`. A refusal (429, an adapter's) is `unknown`: it is
+    not proof that nothing ran."""
     if status == 429 or session_busy:
         wait = retry_after_ms(retry_after, now_epoch_s)
         return Outcome(status, "throttle" if status == 429 else "session-busy", "unknown", wait)
     if status >= 400:
         return Outcome(status, "error", "unknown")
     if not 200 <= status < 300:
+        if status == 0:  # no response (asked here, off the path of a 2xx)
+            return NO_RESPONSE if sent else NOT_SENT
         return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
     if reply is None or reply == "later":
         return Outcome(status, None, None)

@@ -4,8 +4,9 @@ The rule: after a failed attempt, the request is sent again only when `permit` a
 budget still does: at most `max_attempts` attempts and `max_wait_ms` of waiting per request (a wait
 past the cap declines, it is never shortened), and the endpoint's token bucket above half (gRPC's
 retryThrottling, shared by every call to the endpoint). `ReplayPolicy.after` answers with a
-decision and the policy for the next attempt, as urllib3's `Retry.increment` does; it knows no
-transport.
+decision and the policy for the next attempt, as urllib3's `Retry.increment` does: it changes
+nothing and knows no transport; the loop that sent the attempt charges the bucket
+(`RetryBudget.charge`) before it asks.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ class RetryBudget:
     def on_failure(self) -> None:
         with self._lock:
             self._tokens = max(0, self._tokens - _MILLI)
+
+    def charge(self, outcome: Outcome) -> None:
+        """Told what one attempt came to, by the loop that sent it (never by `ReplayPolicy.after`):
+        a failure costs a token, an answer returns `ratio`; one never sent is neither."""
+        if outcome.failure is not None:
+            self.on_failure()
+        elif outcome.effect != "none":
+            self.on_success()
 
     def on_success(self) -> None:
         with self._lock:
@@ -128,23 +137,17 @@ class ReplayPolicy(NamedTuple):
     declaration: Declaration
     target: Target
     settings: Settings
-    endpoint_budget: RetryBudget | None = None  # shared, and so the one mutable part
+    endpoint_budget: RetryBudget | None = None  # the endpoint's, shared: read here, charged by the loop
     fail_closed: bool = False  # a configuration error: record everything, repeat nothing
     attempts: int = 1  # attempts made, the one just answered included
     waited_ms: int = 0
 
     def after(self, outcome: Outcome, rng: random.Random) -> tuple[Wait | Declined | None, ReplayPolicy]:
         """The decision after the attempt that came to `outcome` (None: it did not fail, nothing to
-        repeat), and the policy for the next attempt."""
-        budget = self.endpoint_budget
-        if outcome.effect == "none":  # never sent: nothing to repeat, nothing to charge or credit
+        repeat), and the policy for the next attempt. Writes nothing: the endpoint's bucket, read
+        here, was charged for this attempt by the loop (`RetryBudget.charge`) before it asked."""
+        if outcome.failure is None:  # it did not fail (or was never sent): nothing to repeat
             return None, self
-        if outcome.failure is None:
-            if budget is not None:
-                budget.on_success()
-            return None, self
-        if budget is not None:
-            budget.on_failure()
         decision = (
             NOT_PERMITTED
             if self.fail_closed
@@ -158,6 +161,7 @@ class ReplayPolicy(NamedTuple):
         if isinstance(decision, Declined):
             return decision, self
         wait = self._next_wait_ms(outcome.server_wait_ms, rng)
+        budget = self.endpoint_budget
         if wait is None or (budget is not None and not budget.allows_repeat()):
             return BUDGET, self
         return Wait(wait, decision.permission), self._replace(

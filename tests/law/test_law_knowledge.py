@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.call import RequestFacts, SeriesKnowledge
+from otel_mcp_replay.call import RequestFacts, ToolCall, series_effect
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
@@ -74,14 +74,14 @@ def test_a_refusal_carries_the_servers_wait() -> None:
 
 
 def knowledge_of(effects: list[Effect]) -> Effect:
-    knowledge = SeriesKnowledge()
+    known = ToolCall.effect  # what a call knows before any attempt
     for effect in effects:
-        knowledge.note(effect)
-    return knowledge.effect
+        known = series_effect(known, effect)
+    return known
 
 
 def test_a_series_that_noted_nothing_has_no_effect() -> None:
-    assert SeriesKnowledge().effect == "none"
+    assert knowledge_of([]) == "none"
 
 
 def test_a_later_result_does_not_resolve_an_earlier_unknown() -> None:
@@ -112,7 +112,7 @@ def test_knowledge_only_grows(before: list[Effect], after: list[Effect]) -> None
 
 def test_a_word_that_is_not_an_effect_is_refused() -> None:
     with pytest.raises(ValueError):
-        SeriesKnowledge().note("maybe")  # type: ignore[arg-type]
+        series_effect("none", "maybe")  # type: ignore[arg-type]
 
 
 # --- the facts of one request -----------------------------------------------------------------

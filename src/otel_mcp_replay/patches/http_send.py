@@ -32,8 +32,6 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
-    NO_RESPONSE,
-    NOT_SENT,
     PROTOCOL,
     Answer,
     Outcome,
@@ -156,7 +154,10 @@ async def send(
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
         latest = await exchange_once()  # a transport error is the SDK's, as it always was
-        decision, policy = policy.after(await _protocol_outcome(declaration, latest), rt.rng)
+        outcome = await _protocol_outcome(declaration, latest)
+        if policy.endpoint_budget is not None:
+            policy.endpoint_budget.charge(outcome)
+        decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
         await anyio.sleep(decision.ms / 1000)
@@ -263,6 +264,7 @@ async def _tool_series(
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
     response: Any = None
     error: BaseException | None = None
+    budget = policy.endpoint_budget  # the endpoint's bucket: charged here, apart from the policy
     try:
         while True:
             attempt = call.opened(permission)
@@ -271,6 +273,8 @@ async def _tool_series(
             final, response, error = await _attempt(
                 http, attempt, request, exchange_once, declaration, sse, watch_body
             )
+            if budget is not None:
+                budget.charge(final)
             decision, policy = policy.after(final, rt.rng)
             attempt.exchanged(final, error)  # a no-op for a redirect the client follows
             if not isinstance(decision, Wait):
@@ -388,7 +392,7 @@ async def _tool_exchange(
         # Never sent: raised before the request reached the connection (its auth flow, an event hook,
         # building it: `reached_connection` never saw it), or the connection was never made.
         sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
-        return (NO_RESPONSE if sent else NOT_SENT), None, exc
+        return classify(0, None, sent=sent), None, exc
     finally:
         _EXCHANGING.reset(exchanging)
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
