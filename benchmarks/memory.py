@@ -33,6 +33,7 @@ from benchmarks._common import NoopExporter, Section, declared, rss_kib, section
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
 from otel_mcp_replay import runtime as replay_runtime
 from otel_mcp_replay.call import Attempt, ToolCall
+from otel_mcp_replay.patches.sse import SseStream
 from otel_mcp_replay.policy import ENDPOINTS_KEPT
 
 TARGET_GROWTH_KIB = 5 * 1024
@@ -71,7 +72,7 @@ async def _run(quick: bool) -> Section:
             tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
             rt = McpReplayInstrumentor().runtime
             budgets = len(rt.budgets) if rt is not None else -1
-            waiting = len(rt.sse_waiting) if rt is not None else -1
+            waiting = sum(len(o.waiting) for o in gc.get_objects() if type(o) is SseStream)
         finally:
             plugin.uninstrument()
     gc.collect()
@@ -86,7 +87,7 @@ async def _run(quick: bool) -> Section:
     )
     section.add("calls: answered / tool error / failed", _outcomes(outcomes))
     section.add("throughput (4 callers)", f"{calls / elapsed:.0f} calls/s, {elapsed:.1f} s")
-    section.add("SSE waiters (runtime.sse_waiting) after", str(waiting), "0", waiting == 0)
+    section.add("SSE waiters (SseStream.waiting) after", str(waiting), "0", waiting == 0)
     alive = f"{calls_alive} / {attempts_alive}"
     section.add("ToolCall / Attempt objects alive after", alive, "0 / 0", alive == "0 / 0")
     section.add(

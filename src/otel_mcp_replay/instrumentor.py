@@ -26,7 +26,7 @@ from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, session, stdio
+from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import Instruments, Runtime, logger
@@ -42,10 +42,17 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     )
     # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
     carriage = None if LINE.carries_context else carrier.Carriage(rt)
+    # The legacy-SSE connections the HTTP seam watches (patches/sse.py), on both lines.
+    connections = sse.SseConnections()
+    # Ids of the sessions the HTTP seam saw speaking streamable HTTP: the call seam needs no scope
+    # for their calls (only where the SDK resolves a lost answer itself, `Line.resolves_lost_answers`).
+    streamable_sessions: set[int] = set()
+    sending = functools.partial(http_send.send, rt, http, carriage, connections, streamable_sessions)
+    calling = functools.partial(session.call_tool, rt, streamable_sessions=streamable_sessions)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
-        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http, carriage)),
+        (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
-        ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
+        ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
     if carriage is None:
@@ -89,7 +96,11 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         )
     if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
         seams.append(
-            ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))
+            (
+                "mcp.client.session",
+                "ClientSession.send_request",
+                functools.partial(session.send_request, rt, streamable_sessions=streamable_sessions),
+            )
         )
     return seams
 

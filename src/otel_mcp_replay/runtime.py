@@ -18,7 +18,6 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
 from opentelemetry.trace import Tracer
@@ -81,15 +80,6 @@ class Runtime:
     logger: logging.Logger = logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
-    # Legacy-SSE connections by HTTP client, then by the message endpoint URL their stream announced.
-    sse_streams: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
-    # Tool calls awaiting an answer on an SSE stream, by (id of the stream, JSON-RPC id).
-    sse_waiting: dict[tuple[int, object], Any] = field(default_factory=dict)
-    # Ids of live sessions seen speaking streamable HTTP: no call of theirs needs ending by the
-    # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
-    streamable_sessions: set[int] = field(default_factory=set)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files
