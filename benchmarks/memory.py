@@ -31,7 +31,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, rss_kib, section_main, server_process
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
-from otel_mcp_replay import runtime as replay_runtime
 from otel_mcp_replay.call import Attempt, ToolCall
 from otel_mcp_replay.patches.sse import SseStream
 from otel_mcp_replay.policy import ENDPOINTS_KEPT
@@ -108,7 +107,7 @@ async def _run(quick: bool) -> Section:
     section.add("spans exported (redacted, dropped by the exporter)", f"{exporter.spans:,}")
     tracer_provider.shutdown()
     gc.collect()
-    vouched = len(replay_runtime.PROCESS.vouches)
+    vouched = len(McpReplayInstrumentor().vouches)
     section.add("records vouched for, still held once the spans are gone", str(vouched), "0", vouched == 0)
     return section
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
-from opentelemetry.metrics import get_meter
+from opentelemetry.metrics import Counter, get_meter
 from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
@@ -28,6 +28,7 @@ from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.record import Vouches
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import Instruments, Runtime, logger
 from otel_mcp_replay.settings import Settings
@@ -152,6 +153,13 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
     # instrument() may run many times, each exporter is told once).
     _told_unredacted: weakref.WeakSet[object] | None = None
+    # The records this process's calls filed, vouched for to the redaction wrappers (made on first
+    # use, one per process as this instrumentor is: the wrappers may be built before or after
+    # instrument(), and read the very vouches every runtime files into).
+    _vouches: Vouches | None = None
+    # The refused-records counter on the global meter provider's meter, for a redaction wrapper
+    # that refuses a record while nothing is instrumented (made on first use).
+    _refused_uninstrumented: Counter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -160,6 +168,24 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def runtime(self) -> Runtime | None:
         """The runtime bound into the seams while instrumented."""
         return self._runtime
+
+    @property
+    def vouches(self) -> Vouches:
+        """The records filed by the calls of this process, vouched for (`record.Vouches`)."""
+        if self._vouches is None:
+            self._vouches = Vouches()
+        return self._vouches
+
+    def count_refused(self) -> None:
+        """A record refused by the redaction allow-list: counted on the meter of the runtime in
+        force, else (the redaction runs without the plugin instrumented) on the global provider's."""
+        rt = self._runtime
+        if rt is not None:
+            rt.instruments.records_refused.add(1)
+            return
+        if self._refused_uninstrumented is None:
+            self._refused_uninstrumented = Instruments.on(get_meter(INSTRUMENTATION_NAME)).records_refused
+        self._refused_uninstrumented.add(1)
 
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
@@ -174,6 +200,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             budgets=RetryBudgets(configuration.settings.retry_budget),
             fail_closed=configuration.fail_closed,
             guard=_guard(configuration.settings, instruments),
+            vouches=self.vouches,
         )
         self._runtime = rt
         if self._told_unredacted is None:
