@@ -336,6 +336,7 @@ async def test_the_http_seam_remembers_a_legacy_sse_connection_only_while_it_is_
     it is left for the streamable-HTTP path to look at (its check: one empty dict)."""
     instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
     async with sse_session(sse_server) as session:
+        gc.collect()  # what earlier tests' seams held, if unreachable, is gone
         holding = [o for o in gc.get_objects() if type(o) is SseConnections and o.by_client]
         assert len(holding) == 1
         (connections,) = holding
