@@ -31,8 +31,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, rss_kib, section_main, server_process
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
-from otel_mcp_replay import runtime as replay_runtime
 from otel_mcp_replay.call import Attempt, ToolCall
+from otel_mcp_replay.patches.sse import SseStream
 from otel_mcp_replay.policy import ENDPOINTS_KEPT
 
 TARGET_GROWTH_KIB = 5 * 1024
@@ -71,7 +71,7 @@ async def _run(quick: bool) -> Section:
             tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
             rt = McpReplayInstrumentor().runtime
             budgets = len(rt.budgets) if rt is not None else -1
-            waiting = len(rt.sse_waiting) if rt is not None else -1
+            waiting = sum(len(o.waiting) for o in gc.get_objects() if type(o) is SseStream)
         finally:
             plugin.uninstrument()
     gc.collect()
@@ -86,7 +86,7 @@ async def _run(quick: bool) -> Section:
     )
     section.add("calls: answered / tool error / failed", _outcomes(outcomes))
     section.add("throughput (4 callers)", f"{calls / elapsed:.0f} calls/s, {elapsed:.1f} s")
-    section.add("SSE waiters (runtime.sse_waiting) after", str(waiting), "0", waiting == 0)
+    section.add("SSE waiters (SseStream.waiting) after", str(waiting), "0", waiting == 0)
     alive = f"{calls_alive} / {attempts_alive}"
     section.add("ToolCall / Attempt objects alive after", alive, "0 / 0", alive == "0 / 0")
     section.add(
@@ -107,7 +107,7 @@ async def _run(quick: bool) -> Section:
     section.add("spans exported (redacted, dropped by the exporter)", f"{exporter.spans:,}")
     tracer_provider.shutdown()
     gc.collect()
-    vouched = len(replay_runtime.PROCESS.vouches)
+    vouched = len(McpReplayInstrumentor().vouches)
     section.add("records vouched for, still held once the spans are gone", str(vouched), "0", vouched == 0)
     return section
 

@@ -6,8 +6,8 @@ record.build_record) and then handed to
 `RedactingSpanProcessor(SimpleSpanProcessor(exporter that drops spans))`.on_end again and again.
 The processor's own cost is that minus the inner SimpleSpanProcessor's alone (also measured).
 
-A record reaches the processor two ways. Filed by the plugin (runtime.PROCESS.vouches.file, as every call
-files it): checked whole at build, vouched for as the SDK stored it, and read back without the
+A record reaches the processor two ways. Filed by the plugin (the instrumentor's vouches' `file`, as every
+call files it): checked whole at build, vouched for as the SDK stored it, and read back without the
 cell-by-cell check. Written by any other code (span.add_event): checked whole, every cell, in
 on_end. Both are measured; the target is read on the first, the spans the plugin writes.
 
@@ -25,9 +25,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, clean_record, median, per_op_us, section_main
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.instrumentor import McpReplayInstrumentor
 from otel_mcp_replay.record import AttemptRow, validate_record
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
-from otel_mcp_replay.runtime import PROCESS
 
 TARGET_US = 15.0
 CALL_ATTRIBUTES = {
@@ -54,7 +54,7 @@ def ended_span(with_record_rows: int | None, *, filed_by_plugin: bool = True) ->
     span = tracer.start_span("tools/call search", attributes=CALL_ATTRIBUTES)
     if with_record_rows is not None:
         if filed_by_plugin:
-            PROCESS.vouches.file(span, record(with_record_rows))
+            McpReplayInstrumentor().vouches.file(span, record(with_record_rows))
         else:
             span.add_event(t.RECORD_EVENT, record(with_record_rows))
     span.end()

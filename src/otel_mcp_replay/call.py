@@ -37,7 +37,7 @@ from otel_mcp_replay.law import (
 )
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
-from otel_mcp_replay.runtime import PROCESS, Runtime
+from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
@@ -530,7 +530,7 @@ class ToolCall:
             self.span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)
         else:
-            PROCESS.vouches.file(self.span, record)
+            self.runtime.vouches.file(self.span, record)
         if self.app_call is None:  # a round is counted with its app's call, once (AppCall.ended)
             self.runtime.instruments.calls.add(
                 1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}

@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
-from opentelemetry.metrics import get_meter
+from opentelemetry.metrics import Counter, get_meter
 from opentelemetry.trace import get_tracer
 from wrapt import wrap_function_wrapper
 
@@ -26,8 +26,9 @@ from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, session, stdio
+from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
+from otel_mcp_replay.record import Vouches
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import Instruments, Runtime, logger
 from otel_mcp_replay.settings import Settings
@@ -42,10 +43,17 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     )
     # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
     carriage = None if LINE.carries_context else carrier.Carriage(rt)
+    # The legacy-SSE connections the HTTP seam watches (patches/sse.py), on both lines.
+    connections = sse.SseConnections()
+    # Ids of the sessions the HTTP seam saw speaking streamable HTTP: the call seam needs no scope
+    # for their calls (only where the SDK resolves a lost answer itself, `Line.resolves_lost_answers`).
+    streamable_sessions: set[int] = set()
+    sending = functools.partial(http_send.send, rt, http, carriage, connections, streamable_sessions)
+    calling = functools.partial(session.call_tool, rt, streamable_sessions=streamable_sessions)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
-        (LINE.http, "AsyncClient.send", functools.partial(http_send.send, rt, http, carriage)),
+        (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
-        ("mcp.client.session", "ClientSession.call_tool", functools.partial(session.call_tool, rt)),
+        ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
     if carriage is None:
@@ -89,7 +97,11 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         )
     if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
         seams.append(
-            ("mcp.client.session", "ClientSession.send_request", functools.partial(session.send_request, rt))
+            (
+                "mcp.client.session",
+                "ClientSession.send_request",
+                functools.partial(session.send_request, rt, streamable_sessions=streamable_sessions),
+            )
         )
     return seams
 
@@ -141,6 +153,13 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
     # instrument() may run many times, each exporter is told once).
     _told_unredacted: weakref.WeakSet[object] | None = None
+    # The records this process's calls filed, vouched for to the redaction wrappers (made on first
+    # use, one per process as this instrumentor is: the wrappers may be built before or after
+    # instrument(), and read the very vouches every runtime files into).
+    _vouches: Vouches | None = None
+    # The refused-records counter on the global meter provider's meter, for a redaction wrapper
+    # that refuses a record while nothing is instrumented (made on first use).
+    _refused_uninstrumented: Counter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -149,6 +168,24 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def runtime(self) -> Runtime | None:
         """The runtime bound into the seams while instrumented."""
         return self._runtime
+
+    @property
+    def vouches(self) -> Vouches:
+        """The records filed by the calls of this process, vouched for (`record.Vouches`)."""
+        if self._vouches is None:
+            self._vouches = Vouches()
+        return self._vouches
+
+    def count_refused(self) -> None:
+        """A record refused by the redaction allow-list: counted on the meter of the runtime in
+        force, else (the redaction runs without the plugin instrumented) on the global provider's."""
+        rt = self._runtime
+        if rt is not None:
+            rt.instruments.records_refused.add(1)
+            return
+        if self._refused_uninstrumented is None:
+            self._refused_uninstrumented = Instruments.on(get_meter(INSTRUMENTATION_NAME)).records_refused
+        self._refused_uninstrumented.add(1)
 
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
@@ -163,6 +200,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             budgets=RetryBudgets(configuration.settings.retry_budget),
             fail_closed=configuration.fail_closed,
             guard=_guard(configuration.settings, instruments),
+            vouches=self.vouches,
         )
         self._runtime = rt
         if self._told_unredacted is None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timezone
 from email.utils import parsedate_to_datetime
+from functools import partial
 from itertools import repeat
 from operator import is_
 from typing import Final, Literal, NamedTuple
@@ -38,29 +40,48 @@ Answer = Literal["result", "error"]
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One request as the law reads it: the protocol's own, or a `tools/call` of `tool`."""
+    """One request as the law reads it: the protocol's own, or a `tools/call` of `tool`. A tools/call
+    body is read into one Target once (`target_of`), and every reader shares it."""
 
     tool: str | None = None  # None: a protocol request; "": a tools/call that names no tool
     key_carried: bool = False  # its arguments carry a non-empty str under the declared key argument
     # A JSON-RPC batch carrying a tools/call: one permission cannot cover several calls, so it is
     # never repeated. (mcp >= 2.3 sends no batches; the protocol dropped them in 2025-06-18.)
     batch: bool = False
+    request_id: object = None  # the tools/call's JSON-RPC id as sent (None: none, or a batch)
+    # Its params as sent, for the repeat guard's keyed fingerprint of its arguments alone
+    # (`arguments()`): never in a repr, never compared, never an attribute of anything exported.
+    _params: object = field(default=None, repr=False, compare=False)
 
     @property
     def is_tool(self) -> bool:
         return self.tool is not None
 
+    def arguments(self) -> object:
+        """The tools/call's arguments as sent (None: none), read as data when asked: for the repeat
+        guard's fingerprint."""
+        params = self._params
+        return _get(params, "arguments") if type(params) is dict else None
+
 
 PROTOCOL: Final = Target()
-_UNNAMED: Final = Target(tool="")
 _BATCH: Final = Target(tool="", batch=True)
 
 
 def _get(obj: dict[object, object], key: str) -> object:
-    # Read as data: no __eq__ or __hash__ of a stored key runs. When every key is exactly str (as
-    # JSON's are; checked in C), the dict's own lookup is safe; otherwise exact str keys are compared.
+    return _reader(obj)(key)
+
+
+def _reader(obj: dict[object, object]) -> Callable[[str], object]:
+    """How `obj`, exactly a dict, is read as data: no __eq__ or __hash__ of a stored key runs. When
+    every key is exactly str (as JSON's are; checked in C, once for all its reads), the dict's own
+    lookup is safe; otherwise exact str keys are compared."""
     if all(map(is_, map(type, obj), repeat(str))):
-        return dict.get(obj, key)
+        return obj.get
+    return partial(_scan, obj)
+
+
+def _scan(obj: dict[object, object], key: str) -> object:
     for k, v in dict.items(obj):
         if type(k) is str and k == key:
             return v
@@ -71,21 +92,23 @@ def _tool_target(request: object, declaration: Declaration) -> Target | None:
     """The target of one JSON-RPC request object when it is a tools/call, else None."""
     if type(request) is not dict:
         return None
-    method = _get(request, "method")
+    read = _reader(request)
+    method = read("method")
     if type(method) is not str or method != t.TOOLS_CALL_METHOD:
         return None
-    params = _get(request, "params")
+    request_id, params = read("id"), read("params")
     if type(params) is not dict:
-        return _UNNAMED
-    name = _get(params, "name")
+        return Target(tool="", request_id=request_id)
+    read = _reader(params)
+    name = read("name")
     tool = name if type(name) is str else ""
     key_carried = False
     if declaration.key_argument is not None:
-        arguments = _get(params, "arguments")
+        arguments = read("arguments")
         if type(arguments) is dict:
             key = _get(arguments, declaration.key_argument)
             key_carried = type(key) is str and key != ""
-    return Target(tool=tool, key_carried=key_carried)
+    return Target(tool, key_carried, False, request_id, params)
 
 
 def target_of(body: object, declaration: Declaration) -> Target:

@@ -326,9 +326,15 @@ class Vouches:
 
     def __init__(self) -> None:
         self._by_id: dict[int, weakref.ReferenceType[BoundedAttributes]] = {}
-        # Vouching starts when a redaction wrapper is built: with no redaction in the process,
-        # nobody reads a vouch, so filing a record does not pay for one.
+        # Vouching starts when a redaction wrapper that reads these vouches is built (`read`): with
+        # no redaction in the process, nobody reads a vouch, so filing a record does not pay for one.
         self.active = False
+
+    def read(self) -> Vouches:
+        """These vouches, for a redaction wrapper being built: from now on every record filed here is
+        vouched for."""
+        self.active = True
+        return self
 
     def vouch(self, stored: object, built: Mapping[str, object]) -> bool:
         """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when

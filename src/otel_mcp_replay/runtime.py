@@ -3,12 +3,12 @@
 The rule: the seams never read the environment, re-check a declaration or look up a global per
 call. `instrument()` builds one `Runtime` and binds it into each wrapper (as contrib's httpx
 instrumentation binds its hooks); `uninstrument()` unwraps them. What must be shared by every call
-of the process (each endpoint's retry budget, the SSE connections being watched, what each session
-was declared under) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's
-carrier: `patches/carrier.Carriage`); the runtime in force is the instrumentor's. The one module
-global is `PROCESS`: the records vouched for, shared by the calls and the redaction wrappers.
-A runtime built from a configuration error is `fail_closed`: nothing repeats, spans still record.
-"""
+of the process (each endpoint's retry budget, what each session was declared under, where records
+are vouched for) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's carrier:
+`patches/carrier.Carriage`; the legacy-SSE connections: `patches/sse.SseConnections`); the runtime
+in force, and the vouches the redaction wrappers read, are the instrumentor's (one per process, as
+BaseInstrumentor is): no module global holds what a call or the redaction changes. A runtime built
+from a configuration error is `fail_closed`: nothing repeats, spans still record."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from opentelemetry.metrics import Counter, Histogram, Meter, get_meter
+from opentelemetry.metrics import Counter, Histogram, Meter
 from opentelemetry.trace import Tracer
 
 from otel_mcp_replay import telemetry as t
@@ -81,15 +80,6 @@ class Runtime:
     logger: logging.Logger = logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
-    # Legacy-SSE connections by HTTP client, then by the message endpoint URL their stream announced.
-    sse_streams: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
-    # Tool calls awaiting an answer on an SSE stream, by (id of the stream, JSON-RPC id).
-    sse_waiting: dict[tuple[int, object], Any] = field(default_factory=dict)
-    # Ids of live sessions seen speaking streamable HTTP: no call of theirs needs ending by the
-    # plugin. Ids, looked up in C on every call; each leaves the set when its session dies.
-    streamable_sessions: set[int] = field(default_factory=set)
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files
@@ -97,34 +87,6 @@ class Runtime:
     session_endpoints: weakref.WeakKeyDictionary[object, tuple[Declaration, str]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
-
-
-class Process:
-    """What must be one per process: the records vouched for, and the refused-records counter the
-    redaction wrappers (which run without the instrumentor) count on when no instrumentor runs."""
-
-    __slots__ = ("_refused", "vouches")
-
-    def __init__(self) -> None:
-        self.vouches = Vouches()
-        self._refused: Counter | None = None
-
-    def count_refused(self) -> None:
-        """A record refused by the redaction allow-list: counted on the instrumentor's meter, or on
-        the global meter provider's when the redaction runs without the instrumentor."""
-        from otel_mcp_replay.instrumentor import McpReplayInstrumentor  # imports this module
-
-        rt = McpReplayInstrumentor().runtime  # the one instrumentor (BaseInstrumentor's singleton)
-        if rt is not None:
-            rt.instruments.records_refused.add(1)
-            return
-        if self._refused is None:
-            self._refused = Instruments.on(get_meter(t.INSTRUMENTATION_NAME)).records_refused
-        self._refused.add(1)
-
-
-PROCESS = Process()
-
-
-def count_refused() -> None:
-    PROCESS.count_refused()
+    # Where the calls file their records, vouched for to the redaction: the instrumentor's, one per
+    # process as it is (the redaction wrappers read the same).
+    vouches: Vouches = field(default_factory=Vouches)

@@ -25,19 +25,21 @@ def call(name: Any = "charge", **arguments: Any) -> dict[str, Any]:
 
 
 def test_a_tools_call_is_its_tool() -> None:
-    assert target_of(call(), COMPATIBILITY) == Target(tool="charge")
-    assert target_of(call("search", q="x"), KEYED) == Target(tool="search")
+    assert target_of(call(), COMPATIBILITY) == Target(tool="charge", request_id=3)
+    assert target_of(call("search", q="x"), KEYED) == Target(tool="search", request_id=3)
 
 
 def test_the_key_is_carried_only_as_a_non_empty_string_in_the_declared_argument() -> None:
-    assert target_of(call(idem="k-1"), KEYED) == Target(tool="charge", key_carried=True)
+    assert target_of(call(idem="k-1"), KEYED) == Target(tool="charge", request_id=3, key_carried=True)
     for value in ("", None, 7, ["k"], {"k": 1}, True):
-        assert target_of(call(idem=value), KEYED) == Target(tool="charge"), value
-    assert target_of(call(other="k-1"), KEYED) == Target(tool="charge")
+        assert target_of(call(idem=value), KEYED) == Target(tool="charge", request_id=3), value
+    assert target_of(call(other="k-1"), KEYED) == Target(tool="charge", request_id=3)
 
 
 def test_a_key_is_not_carried_when_no_argument_is_declared() -> None:
-    assert target_of(call(idem="k-1"), COMPATIBILITY) == Target(tool="charge", key_carried=False)
+    assert target_of(call(idem="k-1"), COMPATIBILITY) == Target(
+        tool="charge", request_id=3, key_carried=False
+    )
 
 
 @pytest.mark.parametrize(
@@ -66,8 +68,23 @@ def test_anything_else_is_a_protocol_request(body: object) -> None:
 )
 def test_a_tools_call_without_a_string_name_is_a_tool_target_named_empty(params: object) -> None:
     target = target_of({"method": "tools/call", "id": 1, "params": params}, KEYED)
-    assert target == Target(tool="")
+    assert target == Target(tool="", request_id=1)
     assert target.is_tool
+
+
+def test_the_body_is_read_once_into_one_target_that_carries_its_id_and_arguments() -> None:
+    """Every reader (the HTTP seam's match, the mcp 1.x carrier, stdio, the repeat guard) shares this
+    one value: the tool, the JSON-RPC id, whether the key is carried, and the arguments, which only
+    the guard's fingerprint asks for, and which no repr shows."""
+    body = call(idem="k-1", card="4111-CANARY")
+    target = target_of(body, KEYED)
+    assert (target.tool, target.request_id, target.key_carried, target.batch) == ("charge", 3, True, False)
+    assert target.arguments() == {"idem": "k-1", "card": "4111-CANARY"}
+    assert "CANARY" not in repr(target) and "k-1" not in repr(target)
+    # Compared by what the law reads, never by the arguments.
+    assert target == target_of(call(idem="k-2", card="other"), KEYED)
+    assert target_of({"method": "tools/call", "id": 9, "params": None}, KEYED).arguments() is None
+    assert PROTOCOL.arguments() is None and PROTOCOL.request_id is None
 
 
 def test_a_batch_carrying_a_tools_call_is_a_batch_target() -> None:
@@ -102,12 +119,12 @@ def test_values_are_read_as_data_only() -> None:
     assert target_of(Trap(call()), KEYED) == PROTOCOL
     body = call()
     body["params"] = Trap(body["params"])
-    assert target_of(body, KEYED) == Target(tool="")
+    assert target_of(body, KEYED) == Target(tool="", request_id=3)
     body = call()
     body["params"]["arguments"] = Trap(idem="k")
-    assert target_of(body, KEYED) == Target(tool="charge")
-    assert target_of(call(StrSub("charge")), KEYED) == Target(tool="")
-    assert target_of(call(idem=StrSub("k")), KEYED) == Target(tool="charge")
+    assert target_of(body, KEYED) == Target(tool="charge", request_id=3)
+    assert target_of(call(StrSub("charge")), KEYED) == Target(tool="", request_id=3)
+    assert target_of(call(idem=StrSub("k")), KEYED) == Target(tool="charge", request_id=3)
     assert target_of({"method": StrSub("tools/call"), "params": {"name": "charge"}}, KEYED) == PROTOCOL
     assert target_of({EvilKey("method"): "tools/call"}, KEYED) == PROTOCOL
 
@@ -159,6 +176,7 @@ def test_target_of_never_raises_and_agrees_with_the_json(body: Any) -> None:
         params = body.get("params")
         name = params.get("name") if isinstance(params, dict) else None
         assert target.tool == (name if isinstance(name, str) else "")
+        assert target.request_id == body.get("id")
         arguments = params.get("arguments") if isinstance(params, dict) else None
         key = arguments.get("idem") if isinstance(arguments, dict) else None
         assert target.key_carried == (isinstance(key, str) and key != "")

@@ -20,12 +20,14 @@ from tests.redaction.test_redaction import full_record
 
 from conftest import declared
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.instrumentor import McpReplayInstrumentor
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 from otel_mcp_replay.redaction import rules as redaction_module
-from otel_mcp_replay.runtime import PROCESS
 
 pytestmark = pytest.mark.anyio
-vouch, vouched_record = PROCESS.vouches.vouch, PROCESS.vouches.record
+# The process's vouches: the one instrumentor's, which every runtime files into and every wrapper reads.
+VOUCHES = McpReplayInstrumentor().vouches
+vouch, vouched_record = VOUCHES.vouch, VOUCHES.record
 
 
 def a_record(rows: int = 100) -> dict[str, Any]:
@@ -61,7 +63,7 @@ def test_a_filed_record_passes_redaction_without_the_whole_check(monkeypatch: py
     provider, exporter, processor = pipeline()
     built = a_record()
     span = provider.get_tracer("t").start_span("tools/call search")
-    PROCESS.vouches.file(span, built)
+    VOUCHES.file(span, built)
     span.end()
     (exported,) = exporter.get_finished_spans()
     assert checks.calls == 0
@@ -75,7 +77,7 @@ def test_the_same_record_written_by_other_code_gets_the_whole_check(monkeypatch:
     provider, exporter, _ = pipeline()
     built = a_record()
     span = provider.get_tracer("t").start_span("tools/call search")
-    span.add_event(t.RECORD_EVENT, built)  # not through PROCESS.vouches.file: nobody vouched for it
+    span.add_event(t.RECORD_EVENT, built)  # not through VOUCHES.file: nobody vouched for it
     span.end()
     (exported,) = exporter.get_finished_spans()
     assert checks.calls == 1
@@ -107,7 +109,7 @@ def test_a_record_the_sdk_changed_is_not_vouched_for_and_the_whole_check_refuses
 ) -> None:
     provider, exporter, processor = pipeline(**limits)
     span = provider.get_tracer("t").start_span("tools/call search")
-    PROCESS.vouches.file(span, a_record(3))
+    VOUCHES.file(span, a_record(3))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     (exported,) = exporter.get_finished_spans()
@@ -124,11 +126,11 @@ def test_only_the_very_object_vouched_for_is_trusted() -> None:
     assert vouched_record(twin) is None
     assert vouched_record(dict(built)) is None
     # An id that names another object now (its first holder gone) is not trusted.
-    PROCESS.vouches._by_id[id(twin)] = PROCESS.vouches._by_id[id(stored)]
+    VOUCHES._by_id[id(twin)] = VOUCHES._by_id[id(stored)]
     try:
         assert vouched_record(twin) is None
     finally:
-        del PROCESS.vouches._by_id[id(twin)]
+        del VOUCHES._by_id[id(twin)]
 
 
 def test_vouch_refuses_anything_but_exactly_the_built_record_in_the_sdks_own_mapping() -> None:
@@ -140,13 +142,13 @@ def test_vouch_refuses_anything_but_exactly_the_built_record_in_the_sdks_own_map
 
 
 def test_a_vouch_is_forgotten_when_its_record_dies() -> None:
-    before = len(PROCESS.vouches._by_id)
+    before = len(VOUCHES._by_id)
     stored = BoundedAttributes(attributes=a_record(3), immutable=True)
     assert vouch(stored, a_record(3))
-    assert len(PROCESS.vouches._by_id) == before + 1
+    assert len(VOUCHES._by_id) == before + 1
     del stored
     gc.collect()
-    assert len(PROCESS.vouches._by_id) == before
+    assert len(VOUCHES._by_id) == before
 
 
 def test_the_sdk_stores_event_attributes_immutable() -> None:
@@ -163,31 +165,49 @@ def test_the_sdk_stores_event_attributes_immutable() -> None:
 
 
 def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PROCESS.vouches, "active", False)
+    monkeypatch.setattr(VOUCHES, "active", False)
     span = TracerProvider().get_tracer("t").start_span("s")
-    PROCESS.vouches.file(span, a_record(1))
+    VOUCHES.file(span, a_record(1))
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())
-    assert PROCESS.vouches.active
+    assert VOUCHES.active
 
 
-async def test_a_real_call_files_a_vouched_record(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "wrapper_first", [True, False], ids=["wrapper then instrument", "instrument then wrapper"]
+)
+async def test_a_real_call_files_a_vouched_record(
+    server: Any, monkeypatch: pytest.MonkeyPatch, wrapper_first: bool
+) -> None:
     """Through the plugin, on the SDK's own server: the record the call filed passes the redaction
-    without the whole check, and arrives exactly as the call filed it."""
+    without the whole check, and arrives exactly as the call filed it, whether the redaction wrapper
+    was built before instrument() or after it (the runtime files into the instrumentor's vouches,
+    which the wrapper reads)."""
     from mcp import Client
 
     from otel_mcp_replay import McpReplayInstrumentor
 
+    monkeypatch.setattr(VOUCHES, "active", False)  # as in a process where no wrapper was built yet
     checks = Checks(monkeypatch)
     plain = InMemorySpanExporter()  # what the call filed, before any redaction
-    provider, exporter, processor = pipeline()
-    provider.add_span_processor(SimpleSpanProcessor(plain))
     instrumentor = McpReplayInstrumentor()
+    if wrapper_first:
+        provider, exporter, processor = pipeline()
+        provider.add_span_processor(SimpleSpanProcessor(plain))
+    else:
+        provider = TracerProvider()
     instrumentor.instrument(
         tracer_provider=provider,
         servers=declared(server, {"search": {"on": ["throttle"]}}),
     )
+    if not wrapper_first:
+        exporter = InMemorySpanExporter()
+        processor = RedactingSpanProcessor(
+            SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+        )
+        provider.add_span_processor(processor)
+        provider.add_span_processor(SimpleSpanProcessor(plain))
     try:
         async with Client(server.url) as client:
             result = await client.call_tool("search", {"query": "q"})

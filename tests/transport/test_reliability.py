@@ -62,6 +62,7 @@ from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import McpReplayInstrumentor, UnknownEffectError
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.patches.sse import SseStream
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
@@ -167,18 +168,17 @@ async def no_leaks(what: str) -> Any:
     gc.collect()
     fds_before = open_fds()
     tasks_before = len(asyncio.all_tasks())
-    runtimes = [McpReplayInstrumentor().runtime]
     yield
-    runtimes.append(McpReplayInstrumentor().runtime)
     assert await settled(lambda: len(asyncio.all_tasks()) <= tasks_before), (
         f"{what}: asyncio tasks left behind: {task_names()}"
     )
     assert await settled(lambda: open_fds() <= fds_before + FD_SLACK), (
         f"{what}: file descriptors leaked: {fds_before} before, {open_fds()} after"
     )
-    for rt in runtimes:
-        waiting = rt.sse_waiting if rt is not None else {}
-        assert not waiting, f"{what}: the SSE waiters hold {len(waiting)} entries"
+    # Every legacy-SSE connection still in memory (garbage not yet collected included) holds no
+    # call awaiting its answer.
+    waiting = sum(len(o.waiting) for o in gc.get_objects() if type(o) is SseStream)
+    assert not waiting, f"{what}: the SSE waiters hold {waiting} entries"
 
 
 def seed_for(long_run: bool) -> int:

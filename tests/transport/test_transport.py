@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import json
 import random
@@ -43,6 +44,7 @@ from harness.sdk import LINE
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import ReplayUnavailableError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.patches.sse import SseConnections, SseStream
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
@@ -322,6 +324,31 @@ async def test_sse_transport_repeats_a_429_and_records_the_answer(
     assert record[t.ATTEMPTS_STATUS] == (429, 202)
     assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")
     assert record[t.SENT] == 2 == sse_server.counters.posts(record[t.JSONRPC_REQUEST_ID])
+    assert sse_server.counters.executions("search") == 1
+
+
+async def test_the_http_seam_remembers_a_legacy_sse_connection_only_while_it_is_open(
+    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """What the legacy SSE transport needs lives with its seam (`SseConnections`, made by
+    instrument() and bound into the HTTP seam), not in the Runtime: a connection is known while its
+    stream is open, its calls await their answers on its own `SseStream`, and once it ends nothing of
+    it is left for the streamable-HTTP path to look at (its check: one empty dict)."""
+    instrument(servers={sse_server.origin: {"policy": "app-authorized", "tools": {}}})
+    async with sse_session(sse_server) as session:
+        gc.collect()  # what earlier tests' seams held, if unreachable, is gone
+        holding = [o for o in gc.get_objects() if type(o) is SseConnections and o.by_client]
+        assert len(holding) == 1
+        (connections,) = holding
+        (posts,) = connections.by_client.values()  # one client, one announced message endpoint
+        (stream,) = posts.values()
+        assert type(stream) is SseStream
+        assert not is_error(await session.call_tool("search", {"query": "q"}))
+        assert stream.waiting == {}  # the answered call is awaited no more
+    with anyio.fail_after(10):  # guards a hang only: the stream's end is what is awaited
+        while connections.by_client:
+            await anyio.sleep(0.01)
+    assert the_record(telemetry)[t.ATTEMPTS_EFFECT] == ("applied",)
     assert sse_server.counters.executions("search") == 1
 
 

@@ -367,3 +367,29 @@ async def test_protocol_requests_are_repeated_on_a_429_and_file_no_record(
     assert len(initialized) == 2  # a notification refused with a 429 is sent again too
     assert records(telemetry) == []
     assert attempt_spans(telemetry) == []
+
+
+@pytest.mark.skipif(LINE == 1, reason="mcp 1.x tears its session down on any refused POST")
+async def test_a_protocol_requests_refusal_costs_the_endpoints_budget_as_a_tool_calls_does(
+    server: ServerHandle, instrument: Any
+) -> None:
+    """A protocol request's outcome is classified as any attempt's (law.classify, one function): its
+    500 is a failed attempt and costs the endpoint's bucket a token, as a tool call's 500 does; an
+    answered one gives `ratio` back."""
+    instrumentor = instrument(servers=declared(server, {}, STRICT), retry_budget=(10, 1))
+    async with Client(server.url, mode="legacy") as client:
+        rt = instrumentor.runtime
+        budget = rt.budgets.for_endpoint(rt.origin(server.url))
+        assert budget is not None and budget.tokens == 10
+        server.faults.add_method("tools/list", Status(500))
+        with pytest.raises(McpError):
+            await client.list_tools()
+        assert budget.tokens == 9
+        server.faults.add("search", Status(500))
+        with pytest.raises(McpError):
+            await client.call_tool("search", {"query": "q"})
+        assert budget.tokens == 8
+        await client.list_tools()
+        assert budget.tokens == 9
+    assert server.faults.pending() == 0
+    assert server.counters.executions("search") == 0

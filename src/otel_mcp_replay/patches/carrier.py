@@ -25,6 +25,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
+from otel_mcp_replay.law import Target
 from otel_mcp_replay.patches import session
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
@@ -82,15 +83,13 @@ class _Carrier(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         await self.__wrapped__.send(item)
 
 
-def carried_call(carriage: Carriage, body: dict[str, Any]) -> ToolCall | None:
+def carried_call(carriage: Carriage, target: Target) -> ToolCall | None:
     """The call that sent this tools/call request (the legacy SSE transport POSTs it from a task of
     its own, where no call is current): the first still waiting with its id and tool. Two sessions
     sending the very same id and tool at once are told apart by order only."""
-    params = body.get("params")
-    tool = params.get("name") if type(params) is dict else None
-    if type(tool) is not str:
+    if target.tool is None:
         return None
-    waiting = carriage.requests.get((body.get("id"), tool))
+    waiting = carriage.requests.get((target.request_id, target.tool))
     return waiting.pop(0) if waiting else None
 
 

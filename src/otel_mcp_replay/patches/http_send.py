@@ -13,6 +13,7 @@ A response that will not be delivered is closed. The code serves httpx2 (mcp 2.x
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -42,7 +43,7 @@ from otel_mcp_replay.law import (
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage, carried_call, sent_suppressed
-from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
+from otel_mcp_replay.patches.sse import SseConnections, SseStream, watch_event_stream
 from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
@@ -84,24 +85,26 @@ async def send(
     rt: Runtime,
     http: HttpLibrary,
     carriage: Carriage | None,  # mcp 1.x's carrier (patches/carrier.py); None on 2.x
+    connections: SseConnections,  # the legacy-SSE connections watched (patches/sse.py)
+    streamable_sessions: set[int],  # ids of the sessions seen speaking streamable HTTP (patches/session)
     wrapped: Callable[..., Awaitable[Any]],
     instance: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
+    """The seam only routes: a request passes through, or is a protocol request (`_protocol_series`),
+    or is a tool call's (`_tool_series`)."""
     request = args[0] if args else kwargs.get("request")
     if not isinstance(request, http.module.Request) or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
     if request.method != "POST":
         if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
             response = await wrapped(*args, **kwargs)
-            return watch_event_stream(rt, http, instance, request, response, CURRENT_CALL.get())
+            return watch_event_stream(rt, http, connections, instance, request, response, CURRENT_CALL.get())
         return await wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
-    sse: SseStream | None = None
-    if rt.sse_streams:  # a message POST of a legacy-SSE connection: to the endpoint its stream announced
-        posts = rt.sse_streams.get(instance)
-        sse = posts.get(str(request.url)) if posts else None
+    # A message POST of a legacy-SSE connection: to the endpoint its stream announced.
+    sse = connections.stream_for(instance, str(request.url)) if connections.by_client else None
     accept, content_type = _accept_and_content_type(request.headers)
     # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
     streamable = b"text/event-stream" in accept and b"application/json" in accept
@@ -112,6 +115,12 @@ async def send(
     body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         return await wrapped(*args, **kwargs)  # a response to the server is never repeated
+    url = str(request.url)
+    # The legacy SSE transport's calls are declared under the URL the app connected to.
+    declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
+    target = PROTOCOL
+    if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
+        target = target_of(body, declaration)  # the body read once: its tool, its id, its key
     if (
         call is None
         and not streamable
@@ -119,44 +128,62 @@ async def send(
         and (carriage.requests or carriage.suppressed)
     ):
         # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
-        call = carried_call(carriage, body)
+        call = carried_call(carriage, target)
         if call is None and sent_suppressed(carriage, body):
             with suppress_instrumentation():
                 return await wrapped(*args, **kwargs)
     rest = dict(kwargs)
     rest.pop("request", None)
-    url = str(request.url)
-    # The legacy SSE transport's calls are declared under the URL the app connected to.
-    declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
 
     async def exchange_once() -> Any:
         return await wrapped(request, *args[1:], **rest)
 
-    target = PROTOCOL
-    if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
-        target = target_of(body, declaration)  # the body read once: its tool, its key
-        if (
-            call is not None
-            and target.tool == call.tool
-            and (call.declaration is None or call.request_id == body["id"])
-        ):
-            return await _tool_series(
-                rt, http, call, request, url, body, declaration, target, exchange_once, sse, streamable
-            )
-        # A tools/call outside call_tool (send_request, or a call begun before instrument()):
-        # the law still holds for it, with nothing recorded.
+    if (
+        call is not None
+        and target.tool == call.tool
+        and (call.declaration is None or call.request_id == target.request_id)
+    ):
+        return await _tool_series(
+            rt,
+            http,
+            call,
+            request,
+            url,
+            body,
+            declaration,
+            target,
+            exchange_once,
+            sse,
+            streamable,
+            streamable_sessions,
+        )
+    # A tools/call outside call_tool (send_request, or a call begun before instrument()): the law
+    # still holds for it, with nothing recorded.
     if sse is None and not streamable:
         return await exchange_once()
-    # The protocol's requests run no tool: a 429 and the adapter's own refusal are asked again.
+    return await _protocol_series(rt, declaration, target, url, exchange_once)
+
+
+async def _protocol_series(
+    rt: Runtime,
+    declaration: Declaration,
+    target: Target,
+    url: str,
+    exchange_once: Callable[[], Awaitable[Any]],
+) -> Any:
+    """A request that runs no tool (or a tools/call outside call_tool, under the law, unrecorded):
+    a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
+    always was."""
     policy = _policy(rt, declaration, target, url)
+    budget = policy.endpoint_budget  # the endpoint's bucket: charged here, apart from the policy
     latest: Any = None
     while True:
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
-        latest = await exchange_once()  # a transport error is the SDK's, as it always was
+        latest = await exchange_once()
         outcome = await _protocol_outcome(declaration, latest)
-        if policy.endpoint_budget is not None:
-            policy.endpoint_budget.charge(outcome)
+        if budget is not None:
+            budget.charge(outcome)
         decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
@@ -164,16 +191,15 @@ async def send(
 
 
 async def _protocol_outcome(declaration: Declaration, response: Any) -> Outcome:
-    """What a protocol request's response came to: only a throttle or a busy session fails it."""
+    """What a protocol request's response came to, classified as any attempt's is (its body is not
+    read: no answer is watched for)."""
     status = int(response.status_code)
     busy = (
         status != 429
         and declaration.adapter is not None
         and await _session_busy(declaration.adapter, response)
     )
-    if status != 429 and not busy:
-        return Outcome(status, None, "unknown")
-    retry_after = response.headers.get("retry-after")
+    retry_after = response.headers.get("retry-after") if status == 429 or busy else None
     return classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
 
 
@@ -219,6 +245,7 @@ async def _tool_series(
     exchange_once: Callable[[], Awaitable[Any]],
     sse: SseStream | None,
     streamable: bool,
+    streamable_sessions: set[int],
 ) -> Any:
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
@@ -235,13 +262,13 @@ async def _tool_series(
             and call.session is not None
             and http.resolves_lost_answers
         ):
-            _seen_streamable(rt, call.session)  # its next calls need no scope (patches/session)
+            _seen_streamable(streamable_sessions, call.session)  # its next calls need no scope
         matched = sse is not None or streamable
         entry = declaration.tools.get(target.tool) if target.tool else None
         if (declaration.policy == "app-authorized" and not matched) or (
             entry is not None and entry.changes and not target.key_carried and rt.guard is not None
         ):
-            refusal = await _refusal(rt, call, url, body, matched)
+            refusal = await _refusal(rt, call, url, target, matched)
             if refusal is not None:
                 repeat = isinstance(refusal, RepeatRefusedError)
                 call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
@@ -252,11 +279,9 @@ async def _tool_series(
                 # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
                 # answer into a session the caller may be closing already).
                 return http.module.Response(202, request=request)
-    key = None
-    if sse is not None:
-        key = (id(sse), body["id"])
-        rt.sse_waiting[key] = call
-        call.when_ended(lambda: rt.sse_waiting.pop(key, None))
+    if sse is not None:  # its answer is awaited on the connection's stream
+        sse.waiting[body["id"]] = call
+        call.when_ended(functools.partial(sse.waiting.pop, body["id"], None))
     # One loop, read at once: open the attempt (its span), send it, classify what came back, ask the
     # policy, wait; the attempt ends (span, row) as the policy's word on it is told (`decided`).
     watch_body = streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
@@ -286,10 +311,10 @@ async def _tool_series(
             attempt.decided(decision.ms, None)
             permission = decision.permission
     except BaseException:
-        if key is not None:
-            rt.sse_waiting.pop(key, None)
+        if sse is not None:
+            sse.waiting.pop(body["id"], None)
         raise
-    if call.abandoned and streamable and key is None and response is not None and response.status_code >= 300:
+    if call.abandoned and streamable and sse is None and response is not None and response.status_code >= 300:
         # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
         # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
         await response.aclose()
@@ -301,15 +326,15 @@ async def _tool_series(
         and declaration.policy == "app-authorized"
     ):
         # Fail this call, not the session: the SDK would tear the whole transport down.
-        if key is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
-            rt.sse_waiting.pop(key, None)
+        if sse is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
+            sse.waiting.pop(body["id"], None)
             call.stop(error)
             return http.module.Response(202, request=request)
         return _synthetic_error(http, request, body["id"], "no response")
-    if key is not None and response is not None and not 200 <= response.status_code < 300:
+    if sse is not None and response is not None and not 200 <= response.status_code < 300:
         # The SDK's SSE writer would die on it, taking the session along, and the call would wait out
         # its timeout: end this call now with the server's refusal, as streamable HTTP does.
-        rt.sse_waiting.pop(key, None)
+        sse.waiting.pop(body["id"], None)
         await response.aclose()
         call.stop(RefusedError(response.status_code))
         return http.module.Response(202, request=request)
@@ -319,17 +344,13 @@ async def _tool_series(
     return response
 
 
-async def _refusal(
-    rt: Runtime, call: ToolCall, url: str, body: dict[str, Any], matched: bool
-) -> Exception | None:
+async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool) -> Exception | None:
     """Why this call, of a changing tool without its key or on a connection whose answers cannot be
     matched, must not be sent at all, if it must not."""
     if not matched:
         return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
     assert rt.guard is not None
-    params = body.get("params")
-    arguments = params.get("arguments") if type(params) is dict else None
-    call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, arguments)
+    call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments())
     if call.fingerprint is not None and await rt.guard.refuses_shared(
         call.fingerprint, repeat_confirmed=call.repeat_confirmed
     ):
@@ -510,12 +531,10 @@ def _synthetic_error(http: HttpLibrary, request: Any, request_id: object, why: s
     return http.module.Response(http.synthetic_status, json=body, headers=headers, request=request)
 
 
-# -- the SSE transport's GET stream: where its answers arrive --
-
-
-def _seen_streamable(rt: Runtime, session: object) -> None:
-    """`session` speaks streamable HTTP: remembered while it lives."""
+def _seen_streamable(streamable_sessions: set[int], session: object) -> None:
+    """`session` speaks streamable HTTP: remembered while it lives (the call seam's, bound in by
+    instrument(): its calls need no scope to end them)."""
     key = id(session)
-    if key not in rt.streamable_sessions:
-        rt.streamable_sessions.add(key)
-        weakref.finalize(session, rt.streamable_sessions.discard, key)
+    if key not in streamable_sessions:
+        streamable_sessions.add(key)
+        weakref.finalize(session, streamable_sessions.discard, key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import anyio
@@ -39,6 +40,7 @@ async def call_tool(
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    streamable_sessions: AbstractSet[int] = frozenset(),  # ids the HTTP seam saw speak streamable HTTP
 ) -> Any:
     name, arguments = _tool_and_arguments(args, kwargs)
     if type(name) is not str or not is_instrumentation_enabled():
@@ -58,7 +60,7 @@ async def call_tool(
     try:
         # The round after an InputRequiredResult answers the server's question: never a repeat.
         with repeat_confirmed() if continues else contextlib.nullcontext():
-            if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
+            if id(instance) in streamable_sessions:  # no call of this session can need stopping
                 result = await wrapped(*args, **kwargs)
             else:
                 result = await _stoppable(call, wrapped, args, kwargs)
@@ -171,6 +173,7 @@ async def send_request(
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    streamable_sessions: AbstractSet[int] = frozenset(),
 ) -> Any:
     """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
     sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
@@ -183,7 +186,7 @@ async def send_request(
     async def sent(*_: Any, **__: Any) -> Any:
         return await wrapped(*args, **kwargs)
 
-    return await call_tool(rt, sent, instance, (name,), {})
+    return await call_tool(rt, sent, instance, (name,), {}, streamable_sessions)
 
 
 def tool_of(request: object) -> str | None:

@@ -4,12 +4,15 @@ that opened it (which an app or a framework may have imported before instrument(
 The rule: a GET event stream whose first event announces a message endpoint is an SSE connection;
 the POSTs to that endpoint are its calls, governed by the declaration of the URL the app connected
 to, and their answers are read off that stream. A stream a tool call opens (streamable HTTP
-resuming the call's stream) may carry that call's answer.
+resuming the call's stream) may carry that call's answer. What this seam remembers is its own:
+`SseConnections`, made by `instrument()` and bound into the HTTP seam, and each connection's
+`SseStream`; a process that opens none costs the streamable-HTTP path one empty-dict check.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -29,10 +32,51 @@ class SseStream:
 
     declaration: Declaration
     endpoint: str  # the declared label, else the origin of the URL the app connected to
+    # Tool calls POSTed on it awaiting their answer on the stream, by JSON-RPC id.
+    waiting: dict[object, ToolCall] = field(default_factory=dict)
+
+
+class SseConnections:
+    """The legacy-SSE connections being watched: by HTTP client (its id, while it lives; a client
+    without a live connection is not kept), the connection of each message endpoint announced."""
+
+    __slots__ = ("by_client",)
+
+    def __init__(self) -> None:
+        self.by_client: dict[int, dict[str, SseStream]] = {}
+
+    def stream_for(self, client: object, url: str) -> SseStream | None:
+        """The connection whose message endpoint `url` is, on `client`, if any."""
+        posts = self.by_client.get(id(client))
+        return posts.get(url) if posts else None
+
+    def announced(self, client: object, post_url: str, stream: SseStream) -> None:
+        key, by_client = id(client), self.by_client
+        posts = by_client.get(key)
+        if posts is None:
+            posts = by_client[key] = {}
+            weakref.finalize(client, by_client.pop, key, None)  # before its id can name another
+        posts[post_url] = stream
+
+    def ended(self, client: object, stream: SseStream) -> None:
+        key = id(client)
+        posts = self.by_client.get(key)
+        if posts is None:
+            return
+        for post_url in [u for u, s in posts.items() if s is stream]:
+            del posts[post_url]
+        if not posts:
+            del self.by_client[key]
 
 
 def watch_event_stream(
-    rt: Runtime, http: HttpLibrary, client: Any, request: Any, response: Any, call: ToolCall | None
+    rt: Runtime,
+    http: HttpLibrary,
+    connections: SseConnections,
+    client: Any,
+    request: Any,
+    response: Any,
+    call: ToolCall | None,
 ) -> Any:
     """`response`, a GET's, with its event stream watched (see the module's rule)."""
     event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
@@ -41,29 +85,28 @@ def watch_event_stream(
     get_url = str(request.url)
     declaration = rt.servers.declaration_for(get_url)
     stream = SseStream(declaration, declaration.label or rt.origin(get_url))
-    stream_id, waiting = id(stream), rt.sse_waiting
+    waiting = stream.waiting
 
     def on_endpoint(path: str) -> None:
         try:
             post_url = str(http.module.URL(urljoin(get_url, path)))
         except Exception:  # not a URL: nothing will be POSTed there that we could know
             return
-        rt.sse_streams.setdefault(client, {})[post_url] = stream
+        connections.announced(client, post_url, stream)
 
     def on_answer(request_id: object, kind: Answer) -> None:
-        waiter = waiting.pop((stream_id, request_id), None)
+        waiter = waiting.pop(request_id, None)
         if waiter is not None:
             waiter.answered(kind)
         elif call is not None and call.declaration is not None and request_id == call.request_id:
             call.answered(kind)  # the answer on the stream the client resumed for this call
 
     def on_end(error: BaseException | None) -> None:
-        for key in [key for key in waiting if key[0] == stream_id]:
-            waiting.pop(key).stream_ended(error is not None)
-        posts = rt.sse_streams.get(client)
-        if posts is not None:
-            for post_url in [u for u, s in posts.items() if s is stream]:
-                del posts[post_url]
+        for request_id in list(waiting):
+            waiter = waiting.pop(request_id, None)
+            if waiter is not None:
+                waiter.stream_ended(error is not None)
+        connections.ended(client, stream)
 
     response.stream = http.watch(response.stream, on_answer, on_end, on_endpoint)
     return response

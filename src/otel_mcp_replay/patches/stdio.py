@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from otel_mcp_replay.call import CURRENT_CALL
+from otel_mcp_replay.declaration import COMPATIBILITY
+from otel_mcp_replay.law import target_of
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.carrier import StreamProxy
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
@@ -22,9 +24,14 @@ class _OutboundWatch(StreamProxy):
         message = getattr(message, "root", message)  # 1.x wraps it in a RootModel
         if isinstance(message, _REQUEST) and message.method == TOOLS_CALL_METHOD:
             call = CURRENT_CALL.get()
-            params = getattr(message, "params", None) or {}
-            if call is not None and call.request_id is None and params.get("name") == call.tool:
-                call.request_id = message.id
+            if call is not None and call.request_id is None:
+                # Read as the HTTP seam reads a body: one Target, its tool and its id.
+                params = getattr(message, "params", None)
+                target = target_of(
+                    {"method": message.method, "id": message.id, "params": params}, COMPATIBILITY
+                )
+                if target.tool == call.tool:
+                    call.request_id = target.request_id
         await self.__wrapped__.send(item)
 
 

@@ -32,13 +32,12 @@ from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import Attributes
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.record import validate_record
+from otel_mcp_replay.record import Vouches, validate_record
 from otel_mcp_replay.redaction import keys
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
 from otel_mcp_replay.redaction.text import MASK, TextRules
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
 from otel_mcp_replay.redaction.user_rules import UserRules
-from otel_mcp_replay.runtime import PROCESS
 
 _logger = logging.getLogger(__name__)
 
@@ -212,12 +211,12 @@ class RedactionRules:
 
     # -- events and the record -------------------------------------------------------------------
 
-    def _record(self, event: Event) -> tuple[Event, int]:
+    def _record(self, event: Event, vouches: Vouches | None) -> tuple[Event, int]:
         if self._record_refused:
             return _refused(event)
         attributes = event.attributes
         # A record this library filed was checked at build and cannot have changed since.
-        accepted = PROCESS.vouches.record(attributes)
+        accepted = vouches.record(attributes) if vouches is not None else None
         changed = False
         if accepted is None:
             accepted = validate_record(attributes)
@@ -238,10 +237,10 @@ class RedactionRules:
         dropped = getattr(event, "dropped_attributes", 0)
         return RedactedEvent(event.name, accepted, event.timestamp, dropped), 0
 
-    def _event(self, event: Event, hash_sessions: bool) -> tuple[Event, int]:
+    def _event(self, event: Event, hash_sessions: bool, vouches: Vouches | None) -> tuple[Event, int]:
         name = event.name
         if name == t.RECORD_EVENT:
-            return self._record(event)
+            return self._record(event, vouches)
         if name == t.RECORD_REFUSED_EVENT:
             # Carries no values, whoever wrote it.
             if not event.attributes:
@@ -254,8 +253,9 @@ class RedactionRules:
 
     # -- the span --------------------------------------------------------------------------------
 
-    def redact(self, span: ReadableSpan) -> tuple[ReadableSpan, int]:
-        """`span` redacted, and how many records were refused in it.
+    def redact(self, span: ReadableSpan, vouches: Vouches | None = None) -> tuple[ReadableSpan, int]:
+        """`span` redacted, and how many records were refused in it. A record `vouches` vouches for
+        (the plugin filed it) is read back without its cell-by-cell check; any other is checked whole.
 
         Returns `span` itself when no rule changed anything (the checks, the record allow-list
         included, still ran). A span that already went through redaction keeps its session hashes
@@ -268,7 +268,7 @@ class RedactionRules:
         events: list[Event] | None = None
         original_events = span.events
         for index, event in enumerate(original_events):
-            new_event, count = self._event(event, hash_sessions)
+            new_event, count = self._event(event, hash_sessions, vouches)
             refused += count
             if new_event is not event:
                 if events is None:

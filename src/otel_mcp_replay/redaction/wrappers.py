@@ -15,7 +15,6 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_mcp_replay.redaction.rules import RedactionRules
-from otel_mcp_replay.runtime import PROCESS, count_refused
 
 _logger = logging.getLogger(__name__)
 
@@ -29,18 +28,24 @@ class _Wrapper:
         rules: RedactionRules | None,
         on_refused: Callable[[], None] | None,
     ) -> None:
+        from otel_mcp_replay.instrumentor import McpReplayInstrumentor  # it imports the redaction
+
         self._inner = inner
-        PROCESS.vouches.active = True  # from now on the records this library files are vouched for
+        # The one instrumentor of the process (BaseInstrumentor's singleton), instrumented or not:
+        # its vouches for the records the calls file (vouched for from now on: read here), and its
+        # refused-records counter.
+        instrumentor = McpReplayInstrumentor()
+        self._vouches = instrumentor.vouches.read()
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
         # None: the mcp.client.replay.records.refused counter.
-        self._on_refused = on_refused if on_refused is not None else count_refused
+        self._on_refused = on_refused if on_refused is not None else instrumentor.count_refused
         self.refused_count = 0
         self._failure_logged = False
 
     def _redact(self, span: ReadableSpan) -> ReadableSpan | None:
         try:
-            redacted, refused = self.rules.redact(span)
+            redacted, refused = self.rules.redact(span, self._vouches)
         except Exception as error:  # never export what could not be redacted
             level = logging.DEBUG if self._failure_logged else logging.ERROR
             self._failure_logged = True
