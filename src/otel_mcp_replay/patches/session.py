@@ -176,8 +176,10 @@ async def send_request(
     sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
     (the call_tool seam runs it): its span, its record, the law, the repeat guard. Inside call_tool
     it is that call's own request."""
+    if CURRENT_CALL.get() is not None:  # call_tool's own request (asked first: one lookup in C)
+        return await wrapped(*args, **kwargs)
     name = tool_of(args[0] if args else kwargs.get("request"))
-    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
+    if name is None or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
 
     async def sent(*_: Any, **__: Any) -> Any:
