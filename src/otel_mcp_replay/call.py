@@ -36,7 +36,7 @@ from otel_mcp_replay.law import (
     classify,
 )
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
+from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.runtime import PROCESS, Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
 
@@ -514,7 +514,7 @@ class ToolCall:
         declaration = self.declaration or COMPATIBILITY
         effect = self.effect
         try:
-            record = build_record(
+            record = call_record(
                 policy=declaration.policy,
                 sent=self.facts.sent,
                 effect=effect,
