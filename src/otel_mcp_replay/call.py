@@ -537,12 +537,8 @@ class ToolCall:
         self.opened(None)
         assert self.attempt is not None
         applied = verdict != "failed"
-        if applied:
-            self.attempt.exchanged(Outcome(0, None, "applied", answered=True))
-            self.attempt.decided(0, None)
-        else:
-            self.attempt.exchanged(Outcome(0, "error", "unknown"))
-            self.attempt.decided(0, "not-retryable")
+        self.attempt.exchanged(classify(0, "result" if applied else "other"))  # no HTTP status: 0
+        self.attempt.decided(0, None if applied else "not-retryable")
 
 
 class AppCall:

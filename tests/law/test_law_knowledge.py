@@ -62,6 +62,13 @@ def test_an_answer_still_to_come_leaves_the_effect_open_until_the_stream_says() 
     assert pending.after_stream(None, cut=True) == Outcome(200, "network", "unknown")  # the connection lost
 
 
+def test_a_call_sent_without_http_is_classified_by_what_it_came_to() -> None:
+    """stdio, in-process: no HTTP status (0), and the call's own end says what it came to."""
+    assert classify(0, "result") == Outcome(0, None, "applied", answered=True)
+    assert classify(0, "other") == Outcome(0, "error", "unknown")  # failed without a result: may have run
+    assert classify(0, None) == NO_RESPONSE  # an HTTP attempt without a response is still that
+
+
 def test_a_redirect_is_unknown_and_not_a_failure() -> None:
     assert classify(307, None) == Outcome(307, None, "unknown")
 

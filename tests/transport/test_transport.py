@@ -648,6 +648,25 @@ async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, ins
     assert record[t.JSONRPC_REQUEST_ID].isdigit()  # the id the call went out under
 
 
+async def test_a_stdio_call_that_fails_is_recorded_as_one_attempt_that_may_have_run(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    """No HTTP: the call's own end is its one attempt's outcome, classified as any other (law.classify):
+    failed without a result, it may have run, and it is never repeated."""
+    instrument()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "harness.stdio_server"])
+    async with Client(params) as client:
+        with anyio.fail_after(20), pytest.raises(Exception):  # noqa: B017 (the caller's own timeout, as the SDK raises it)
+            await client.call_tool("slow", {"seconds": 5}, read_timeout_seconds=0.2)
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.VERDICT], record[t.ENDPOINT]) == (1, "failed", "local")
+    assert record[t.ATTEMPTS_STATUS] == (0,)
+    assert record[t.ATTEMPTS_FAILURE] == ("error",)
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown",) and record[t.EFFECT] == "unknown"
+    (span,) = attempt_spans(telemetry)
+    assert span.attributes is not None and span.attributes[t.DECLINED] == "not-retryable"
+
+
 # -- one tree with the SDK's spans and the HTTP client instrumentor's --
 
 
