@@ -12,7 +12,6 @@ law and record, under the app's call span; a round that continues one answered w
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,7 +22,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
-from otel_mcp_replay.guard import repeat_confirmed
+from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
@@ -41,11 +40,14 @@ async def call_tool(
     kwargs: dict[str, Any],
 ) -> Any:
     name, arguments = _tool_and_arguments(args, kwargs)
-    if type(name) is not str or not is_instrumentation_enabled():
+    if type(name) is not str:
         return await wrapped(*args, **kwargs)
     app_call = outer = CURRENT_APP_CALL.get()
     if app_call is not None and not app_call.is_round(instance, name, arguments):
         app_call = None
+    # A round's app call asked, in this very context, a moment ago (client_call_tool).
+    if app_call is None and not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
     call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
     if continues:  # the HTTP seam reads the call's own flag (1.x sends from another task)
@@ -54,14 +56,15 @@ async def call_tool(
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
     app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
+    # The round after an InputRequiredResult answers the server's question: never a repeat (what
+    # guard.repeat_confirmed() sets, set here only for such a round).
+    confirmed = CONFIRMED.set(True) if continues else None
     otel_token = otel_context.attach(call.context)
     try:
-        # The round after an InputRequiredResult answers the server's question: never a repeat.
-        with repeat_confirmed() if continues else contextlib.nullcontext():
-            if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
-                result = await wrapped(*args, **kwargs)
-            else:
-                result = await _stoppable(call, wrapped, args, kwargs)
+        if id(instance) in rt.streamable_sessions:  # no call of this session can need stopping
+            result = await wrapped(*args, **kwargs)
+        else:
+            result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
         if app_call is not None:
             app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
@@ -75,6 +78,8 @@ async def call_tool(
         raise seen from seen.__cause__
     finally:
         otel_context.detach(otel_token)
+        if confirmed is not None:
+            CONFIRMED.reset(confirmed)
         if app_token is not None:
             CURRENT_APP_CALL.reset(app_token)
         CURRENT_CALL.reset(token)
