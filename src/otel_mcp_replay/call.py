@@ -70,40 +70,24 @@ def series_effect(so_far: Effect, attempt: Effect) -> Effect:
 class Attempt:
     """One HTTP attempt of a tools/call, from the moment it is sent until its effect is known."""
 
-    __slots__ = (
-        "_answer_seen",
-        "call",
-        "declined",
-        "early",
-        "ended_ns",
-        "hop_status",
-        "last_hop",
-        "outcome",
-        "permission",
-        "repeated",
-        "span",
-        "state",
-        "stream_cut",
-        "wait_ms",
-        "wire",
-    )
+    # What most attempts never change starts as a class attribute (one store fewer per attempt each).
+    state: State = "sending"
+    outcome = NO_RESPONSE  # replaced when the exchange ends
+    ended_ns = 0  # the exchange's end: the span ends there, not after a wait
+    wait_ms = 0
+    declined: DeclinedReason | None = None
+    early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
+    _answer_seen: anyio.Event | None = None  # made only by answer_within
+    hop_status = 0  # the redirect the client is following, while REDIRECTED
+    repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
+    wire = 0  # times its request was handed to the connection (patches/http_send.py)
+    last_hop = 0  # the status of the latest response to it there (0: none yet)
+    stream_cut = False  # its answer's stream was cut, not ended
 
     def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
         self.call = call
         self.permission = permission
         self.span = span
-        self.state: State = "sending"
-        self.outcome = NO_RESPONSE  # replaced when the exchange ends
-        self.ended_ns = 0  # the exchange's end: the span ends there, not after a wait
-        self.wait_ms = 0
-        self.declined: DeclinedReason | None = None
-        self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
-        self._answer_seen: anyio.Event | None = None  # made only by answer_within
-        self.hop_status = 0  # the redirect the client is following, while REDIRECTED
-        self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
-        self.wire = 0  # times its request was handed to the connection (patches/http_send.py)
-        self.last_hop = 0  # the status of the latest response to it there (0: none yet)
-        self.stream_cut = False  # its answer's stream was cut, not ended
 
     # -- transitions --
 
@@ -547,29 +531,17 @@ class AppCall:
     round and holds every round's attempts and records; it ends, counted once in the metrics, when
     the app's call returns or raises, its verdict the final round's."""
 
-    __slots__ = (
-        "arguments",
-        "context",
-        "effect",
-        "last",
-        "mismatched",
-        "rounds",
-        "runtime",
-        "session",
-        "span",
-        "tool",
-        "unfiled",
-    )
+    # Class attributes until a round changes them (one store fewer per call each).
+    span: Span | None = None  # made by the first round: a call that sent none has none
+    context: Context | None = None
+    rounds = 0
+    last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
+    effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
+    mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+    unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
 
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
         self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
-        self.span: Span | None = None  # made by the first round: a call that sent none has none
-        self.context: Context | None = None
-        self.rounds = 0
-        self.last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
-        self.effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
-        self.mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
-        self.unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
 
     def is_round(self, session: object, tool: str, arguments: object) -> bool:
         """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
