@@ -577,6 +577,9 @@ class AppCall:
             span.end()
             return
         call, verdict = last
+        # The app's call is over: its last round, which refers back to it, is let go now, so both
+        # are freed as the app drops this call, not left as a cycle for the garbage collector.
+        self.last = None
         if error is None and self.unfiled is not None:  # the claim's resolver made the final result
             verdict = "tool-error" if getattr(result, "is_error", None) is True else "completed"
         if error is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import json
 import random
@@ -121,6 +122,38 @@ def ended_by_a_refusal() -> Iterator[None]:
     except BaseExceptionGroup as group:
         if LINE == 2 or not all(isinstance(e, http.HTTPStatusError) for e in leaves(group)):
             raise
+
+
+# -- a clean call's objects --
+
+
+async def test_a_clean_call_leaves_nothing_of_the_plugin_in_a_reference_cycle(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Each call's objects (its ToolCall, the app's AppCall, its attempts and rows) are freed as the
+    call returns: none is left in a cycle for the garbage collector, which would cost every call a
+    share of the collections (an AppCall and its last round referred to each other: 9 objects a call)."""
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    async with Client(server.url) as client:
+        for _ in range(3):  # the first calls fill caches
+            await client.call_tool("search", {"query": "q"})
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection would free is kept in gc.garbage instead
+        try:
+            for _ in range(5):
+                assert not is_error(await client.call_tool("search", {"query": "q"}))
+            gc.collect()
+            ours = [
+                type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("otel_mcp_replay")
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert server.counters.executions("search") == 8
+    assert len(records(telemetry)) == 8  # every call was the plugin's
+    assert ours == []
 
 
 # -- Retry-After, the wait cap, attempts --
