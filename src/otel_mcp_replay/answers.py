@@ -22,6 +22,7 @@ OnEndpoint = Callable[[str], None]
 OnEnd = Callable[[BaseException | None], None]
 
 _BOM = b"\xef\xbb\xbf"  # json.loads skips a UTF-8 byte-order mark: so does this
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace (RFC 8259), all of it: str.strip() would take more
 _DECODER = json.JSONDecoder()  # what json.loads uses when given no options, without its checks of type
 _MAX_EVENT_BYTES = 4 * 1024 * 1024  # past this an event is not parsed (the SDK caps events at 1 MiB)
 
@@ -39,10 +40,17 @@ def json_message(payload: bytes | bytearray | str) -> object:
         text = payload
     else:
         return None  # the decoder takes str only, and raises TypeError on anything else
+    # What JSONDecoder.decode does, without its two regex scans for whitespace: a message opens with
+    # its value (whitespace before it is rare: stripped only then), and only whitespace may follow.
+    if text[:1] in _JSON_SPACE:  # (an empty text too: it is refused below, as by loads)
+        text = text.lstrip(_JSON_SPACE)
     try:
-        return _DECODER.decode(text)  # a str that still opens with a BOM is refused, as by loads
+        message, end = _DECODER.raw_decode(text)  # a str that still opens with a BOM is refused, as by loads
     except (ValueError, RecursionError):
         return None
+    if end != len(text) and text[end:].lstrip(_JSON_SPACE):
+        return None  # data after the value: not one message
+    return message
 
 
 def answer_of(payload: bytes | str) -> tuple[object, Answer] | None:

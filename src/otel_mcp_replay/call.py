@@ -36,7 +36,7 @@ from otel_mcp_replay.law import (
     classify,
 )
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.record import AttemptRow, RecordRefused, build_record
+from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
 
@@ -67,104 +67,27 @@ def series_effect(so_far: Effect, attempt: Effect) -> Effect:
         raise ValueError("an effect is none, unknown or applied") from None
 
 
-class RequestFacts:
-    """One `tools/call` request's replay facts (the spec's RequestReplay), shared by the series that
-    sends it, the answer watcher (answers.py) that watches for its answer, and the call that waits
-    for it.
-
-    Two layers kept apart: the series sees HTTP (whether an attempt got any response, the status
-    it delivered); the answer watcher sees the JSON-RPC answer to this request's id. Each fact is written
-    once by its owner; for the delivered status, the first word stands.
-    Not thread-safe: one request's owners take turns on one event loop.
-    """
-
-    __slots__ = (
-        "_answered",
-        "_delivered",
-        "_sent",
-        "_unanswered",
-        "app_authorized",
-    )
-
-    def __init__(self, *, app_authorized: bool = False) -> None:
-        self._sent = 0
-        self.app_authorized = app_authorized  # the series runs under that policy
-        self._unanswered = False
-        self._delivered: int | None = None
-        self._answered = False
-
-    def sent_one(self) -> None:
-        """The series sent the request once more."""
-        self._sent += 1
-
-    def no_answer(self) -> None:
-        """The series: an attempt got no response at all. A received refusal is never this."""
-        self._unanswered = True
-
-    def delivered_status(self, status: int) -> None:
-        """The series handed the MCP SDK a response with this status. The first word stands."""
-        if self._delivered is None:
-            self._delivered = status
-
-    def answered(self) -> None:
-        """The answer watcher: the JSON-RPC response to this request's id arrived."""
-        self._answered = True
-
-    @property
-    def sent(self) -> int:
-        return self._sent
-
-    @property
-    def accepted_without_answer(self) -> bool:
-        """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
-        return self._delivered is not None and 200 <= self._delivered < 300 and not self._answered
-
-    @property
-    def uncertain(self) -> bool:
-        """Under `app-authorized`: the call genuinely lacked an answer somewhere (an attempt got no
-        response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
-        A chain of received refusals and errors is an answer throughout: it keeps the server's error.
-        """
-        return self.app_authorized and (self._unanswered or self.accepted_without_answer)
-
-
 class Attempt:
     """One HTTP attempt of a tools/call, from the moment it is sent until its effect is known."""
 
-    __slots__ = (
-        "_answer_seen",
-        "call",
-        "declined",
-        "early",
-        "ended_ns",
-        "hop_status",
-        "last_hop",
-        "outcome",
-        "permission",
-        "repeated",
-        "span",
-        "state",
-        "stream_cut",
-        "wait_ms",
-        "wire",
-    )
+    # What most attempts never change starts as a class attribute (one store fewer per attempt each).
+    state: State = "sending"
+    outcome = NO_RESPONSE  # replaced when the exchange ends
+    ended_ns = 0  # the exchange's end: the span ends there, not after a wait
+    wait_ms = 0
+    declined: DeclinedReason | None = None
+    early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
+    _answer_seen: anyio.Event | None = None  # made only by answer_within
+    hop_status = 0  # the redirect the client is following, while REDIRECTED
+    repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
+    wire = 0  # times its request was handed to the connection (patches/http_send.py)
+    last_hop = 0  # the status of the latest response to it there (0: none yet)
+    stream_cut = False  # its answer's stream was cut, not ended
 
     def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
         self.call = call
         self.permission = permission
         self.span = span
-        self.state: State = "sending"
-        self.outcome = NO_RESPONSE  # replaced when the exchange ends
-        self.ended_ns = 0  # the exchange's end: the span ends there, not after a wait
-        self.wait_ms = 0
-        self.declined: DeclinedReason | None = None
-        self.early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
-        self._answer_seen: anyio.Event | None = None  # made only by answer_within
-        self.hop_status = 0  # the redirect the client is following, while REDIRECTED
-        self.repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
-        self.wire = 0  # times its request was handed to the connection (patches/http_send.py)
-        self.last_hop = 0  # the status of the latest response to it there (0: none yet)
-        self.stream_cut = False  # its answer's stream was cut, not ended
 
     # -- transitions --
 
@@ -205,14 +128,14 @@ class Attempt:
         if self.state != "sending":
             return  # cut short already: what it does now is not this call's record
         self.state, self.outcome, self.ended_ns = "exchanged", outcome, time.time_ns()
-        facts = self.call.facts
+        call = self.call
         if outcome.effect != "none":
-            facts.sent_one()
+            call.sent_one()
         if outcome.status == 0 and outcome.failure == "network" and outcome.effect != "none":
-            facts.no_answer()
+            call.no_answer()
         if outcome.answered:
-            facts.answered()
-        self.call.final_error = error  # the final error is the latest attempt's (None: a response)
+            call.answer_arrived()
+        call.final_error = error  # the final error is the latest attempt's (None: a response)
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
         """EXCHANGED -> DONE, or -> AWAITING when the answer is still to come on a stream."""
@@ -221,7 +144,7 @@ class Attempt:
         self.wait_ms, self.declined = wait_ms, declined
         self.repeated = self.outcome.failure is not None and declined is None
         if not self.repeated and self.outcome.status:  # the attempt the SDK was handed
-            self.call.facts.delivered_status(self.outcome.status)
+            self.call.delivered_status(self.outcome.status)
         if self.outcome.effect is not None:
             self._done()
         else:
@@ -231,7 +154,7 @@ class Attempt:
 
     def answered(self, kind: Answer) -> None:
         """The JSON-RPC answer to the request's id was seen on a stream: AWAITING -> DONE."""
-        self.call.facts.answered()
+        self.call.answer_arrived()
         if self.state != "awaiting":
             self.early = kind
             if self._answer_seen is not None:
@@ -300,7 +223,14 @@ class Attempt:
 
 
 class ToolCall:
-    """One `call_tool`: its span, the request it sent, its attempts, and how it ends."""
+    """One `call_tool`: its span, the request it sent, its attempts, and how it ends.
+
+    It holds its request's replay facts too (the spec's RequestReplay), in two layers kept apart:
+    the series tells what HTTP showed (sent, no response at all, the status the SDK was handed),
+    the answer watcher (answers.py) whether the JSON-RPC answer to its id arrived. Each fact is
+    written once by its owner; for the delivered status, the first word stands. Not thread-safe:
+    one call's owners take turns on one event loop.
+    """
 
     # What most calls never change starts as a class attribute (one store fewer per call each).
     # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under:
@@ -322,6 +252,12 @@ class ToolCall:
     _releases: list[Callable[[], object]] | None = None
     app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
     round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
+    # The request's replay facts:
+    sent = 0  # times the request was sent
+    app_authorized = False  # its series runs under that policy (bind)
+    unanswered = False  # an attempt got no response at all (a received refusal is never this)
+    delivered: int | None = None  # the status of the response the SDK was handed
+    answer_came = False  # the JSON-RPC response to its id arrived
 
     def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
         self.runtime = runtime
@@ -336,16 +272,47 @@ class ToolCall:
         else:  # a round of the app's call: its span, its next round number
             self.app_call = app_call
             self.round, self.span, self.context = app_call.next_round()
-        self.facts = RequestFacts()
         self.rows: list[AttemptRow] = []
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
-        self.facts.app_authorized = declaration.policy == "app-authorized"
+        self.app_authorized = declaration.policy == "app-authorized"
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
+
+    # -- the request's facts --
+
+    def sent_one(self) -> None:
+        """The series sent the request once more."""
+        self.sent += 1
+
+    def no_answer(self) -> None:
+        """The series: an attempt got no response at all."""
+        self.unanswered = True
+
+    def delivered_status(self, status: int) -> None:
+        """The series handed the MCP SDK a response with this status. The first word stands."""
+        if self.delivered is None:
+            self.delivered = status
+
+    def answer_arrived(self) -> None:
+        """The answer watcher: the JSON-RPC response to this request's id arrived."""
+        self.answer_came = True
+
+    @property
+    def accepted_without_answer(self) -> bool:
+        """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
+        return self.delivered is not None and 200 <= self.delivered < 300 and not self.answer_came
+
+    @property
+    def uncertain(self) -> bool:
+        """Under `app-authorized`: the call genuinely lacked an answer somewhere (an attempt got no
+        response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
+        A chain of received refusals and errors is an answer throughout: it keeps the server's error.
+        """
+        return self.app_authorized and (self.unanswered or self.accepted_without_answer)
 
     # -- the series' log --
 
@@ -382,7 +349,7 @@ class ToolCall:
         if self.attempt is not None:
             self.attempt.answered(kind)
         else:
-            self.facts.answered()
+            self.answer_arrived()
 
     def stream_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
@@ -438,8 +405,7 @@ class ToolCall:
         tells it: patches/carrier.py). A 2xx whose answer never came leaves the SDK's call waiting,
         for its read timeout or for ever; where the caller is owed `UnknownEffectError`
         (app-authorized), the call is ended now."""
-        facts = self.facts
-        if not self.abandoned and facts.app_authorized and facts.accepted_without_answer:
+        if not self.abandoned and self.app_authorized and self.accepted_without_answer:
             self.stop(self.final_error if self.final_error is not None else lost_answer())
 
     # -- the end --
@@ -485,7 +451,7 @@ class ToolCall:
             seen = None if cancelled else stopped
         else:
             # A caller that gave up sees its own cancellation, never "may have run".
-            uncertain = self.facts.uncertain and not cancelled
+            uncertain = self.uncertain and not cancelled
             self._file("failed", uncertain)
             if uncertain:
                 seen = UnknownEffectError(self.tool)
@@ -514,9 +480,9 @@ class ToolCall:
         declaration = self.declaration or COMPATIBILITY
         effect = self.effect
         try:
-            record = build_record(
+            record = call_record(
                 policy=declaration.policy,
-                sent=self.facts.sent,
+                sent=self.sent,
                 effect=effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
@@ -555,12 +521,8 @@ class ToolCall:
         self.opened(None)
         assert self.attempt is not None
         applied = verdict != "failed"
-        if applied:
-            self.attempt.exchanged(Outcome(0, None, "applied", answered=True))
-            self.attempt.decided(0, None)
-        else:
-            self.attempt.exchanged(Outcome(0, "error", "unknown"))
-            self.attempt.decided(0, "not-retryable")
+        self.attempt.exchanged(classify(0, "result" if applied else "other"))  # no HTTP status: 0
+        self.attempt.decided(0, None if applied else "not-retryable")
 
 
 class AppCall:
@@ -569,29 +531,17 @@ class AppCall:
     round and holds every round's attempts and records; it ends, counted once in the metrics, when
     the app's call returns or raises, its verdict the final round's."""
 
-    __slots__ = (
-        "arguments",
-        "context",
-        "effect",
-        "last",
-        "mismatched",
-        "rounds",
-        "runtime",
-        "session",
-        "span",
-        "tool",
-        "unfiled",
-    )
+    # Class attributes until a round changes them (one store fewer per call each).
+    span: Span | None = None  # made by the first round: a call that sent none has none
+    context: Context | None = None
+    rounds = 0
+    last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
+    effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
+    mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+    unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
 
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
         self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
-        self.span: Span | None = None  # made by the first round: a call that sent none has none
-        self.context: Context | None = None
-        self.rounds = 0
-        self.last: tuple[ToolCall, CallVerdict] | None = None  # the latest round ended, as it ended
-        self.effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
-        self.mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
-        self.unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
 
     def is_round(self, session: object, tool: str, arguments: object) -> bool:
         """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
@@ -627,6 +577,9 @@ class AppCall:
             span.end()
             return
         call, verdict = last
+        # The app's call is over: its last round, which refers back to it, is let go now, so both
+        # are freed as the app drops this call, not left as a cycle for the garbage collector.
+        self.last = None
         if error is None and self.unfiled is not None:  # the claim's resolver made the final result
             verdict = "tool-error" if getattr(result, "is_error", None) is True else "completed"
         if error is not None:

@@ -251,7 +251,9 @@ def classify(
     """THE one classification of an attempt, from what the transport saw: `status` 0 is no
     response (`sent` False: the request never reached the connection, NOT_SENT; else NO_RESPONSE),
     else the response's status, and `reply` what its body said of the JSON-RPC answer (None: the
-    body is not read, e.g. the SSE transport's 202, whose answer comes on the GET stream). A later
+    body is not read, e.g. the SSE transport's 202, whose answer comes on the GET stream). A call
+    sent without HTTP (stdio, in-process) is `status` 0 with `reply` "result", or "other" when it
+    failed without one. A later
     word of its stream is `Outcome.after_stream`. A refusal (429, an adapter's) is `unknown`: it is
     not proof that nothing ran."""
     if status == 429 or session_busy:
@@ -261,6 +263,10 @@ def classify(
         return Outcome(status, "error", "unknown")
     if not 200 <= status < 300:
         if status == 0:  # no response (asked here, off the path of a 2xx)
+            if reply == "result":  # no HTTP at all: the call went another way (stdio), and its result came
+                return Outcome(0, None, "applied", answered=True)
+            if reply == "other":  # ... and it failed without a result: it may have run
+                return Outcome(0, "error", "unknown")
             return NO_RESPONSE if sent else NOT_SENT
         return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
     if reply is None or reply == "later":

@@ -5,8 +5,10 @@ holds a number, a bool, one of this library's own words, the endpoint's declared
 origin, the tool's name or the request id. Anything else in a record (a key nobody listed, a word
 outside its set, a URL with a path, ragged columns, a value of an unexpected type) refuses it
 whole: it is never trimmed into something it did not say. Values are read as data: only exact
-built-in types are accepted, so no method a filing carries ever runs. The records this library
-filed are vouched for (`Vouches`), so the redaction need not check them again.
+built-in types are accepted, so no method a filing carries ever runs. A record of a call this
+library ran (`call_record`) holds its own typed words: at build only what came from outside is
+checked. The records this library filed are vouched for (`Vouches`), so the redaction need not
+check them again.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gc import get_referents as _referents
 from itertools import repeat
 from operator import countOf, is_
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, Literal, NamedTuple, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
@@ -25,7 +27,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import LABEL
 from otel_mcp_replay.endpoints import ORIGIN
-from otel_mcp_replay.telemetry import CallVerdict, Effect, Policy
+from otel_mcp_replay.telemetry import AttemptPermission, CallVerdict, Effect, FailureKind, Policy
 
 # OTLP carries int64: a larger int would fail the export of the whole batch, not just this record.
 _INT64_MAX: Final = 2**63 - 1
@@ -44,9 +46,9 @@ class AttemptRow(NamedTuple):
     """
 
     status: int  # 0 when no response came
-    failure: str  # "" when a JSON-RPC result came back, else a failure kind
+    failure: FailureKind | Literal[""]  # "" when a JSON-RPC result came back, else a failure kind
     effect: Effect
-    permission: str  # "first" | "app" | "compatibility" | "adapter"
+    permission: AttemptPermission
     wait_ms: int  # the wait before the NEXT attempt (0 if none)
 
 
@@ -286,15 +288,7 @@ def build_record(
     the allow-list: the caller files nothing rather than a trimmed record. `call_round` is the
     round of a multi-round call (SEP-2322) the record is of: 1 for the first, and for every other call.
     """
-    listed = list(rows)
-    omitted = 0
-    if len(listed) > t.MAX_RECORD_ROWS:
-        omitted = len(listed) - t.MAX_RECORD_ROWS
-        listed = listed[: t.MAX_RECORD_ROWS - 1] + listed[-1:]
-    if not all(map(is_, map(type, listed), repeat(AttemptRow))):
-        raise RecordRefused("rows (not AttemptRow)")
-    # Rows to columns with one transpose in C (each row is exactly our own named tuple).
-    columns = tuple(zip(*listed, strict=True)) or _NO_ROWS
+    omitted, columns = _columns(rows)
     # Checked as _read checks a record, straight from the arguments: no dict to copy and read back.
     return _checked(
         None,
@@ -310,6 +304,56 @@ def build_record(
         call_round,
         *columns,
     )
+
+
+def call_record(
+    *,
+    policy: Policy,
+    sent: int,
+    effect: Effect,
+    verdict: CallVerdict,
+    may_have_run: bool,
+    endpoint: str,
+    tool: str,
+    request_id: str,
+    rows: Sequence[AttemptRow],
+    call_round: int,
+) -> dict[str, AttributeValue]:
+    """The record of a call this library ran itself (call.py), rows listed as build_record lists them.
+
+    Its words are this library's own, typed at their source (telemetry's Literals, `law.classify`'s
+    outcomes, the policy's waits) and its counts its own; so only what came from outside is checked
+    here: the tool's name (the app's), the request id (the request's), the endpoint (a URL's origin or
+    the declaration's label) and each status (the server's). What passes is a record the full
+    allow-list accepts (tests/law/test_record.py proves it over every word). Raises RecordRefused
+    as build_record does."""
+    if not is_sane_text(tool):
+        raise RecordRefused(t.GEN_AI_TOOL_NAME)
+    if not is_sane_text(request_id, allow_empty=False):
+        raise RecordRefused(t.JSONRPC_REQUEST_ID)
+    if not is_endpoint(endpoint):
+        raise RecordRefused(t.ENDPOINT)
+    omitted, columns = _columns(rows)
+    if columns[0] and not _statuses(columns[0]):
+        raise RecordRefused(t.ATTEMPTS_STATUS)
+    record = _in_order(
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
+    )
+    return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
+
+
+def _columns(rows: Sequence[AttemptRow]) -> tuple[int, tuple[tuple[object, ...], ...]]:
+    """The rows listed (the first ones and the last, at most MAX_RECORD_ROWS), how many were omitted,
+    and the listed rows as the record's five columns."""
+    listed = list(rows)
+    omitted = 0
+    if len(listed) > t.MAX_RECORD_ROWS:
+        omitted = len(listed) - t.MAX_RECORD_ROWS
+        listed = listed[: t.MAX_RECORD_ROWS - 1] + listed[-1:]
+    if not all(map(is_, map(type, listed), repeat(AttemptRow))):
+        raise RecordRefused("rows (not AttemptRow)")
+    # Rows to columns with one transpose in C (each row is exactly our own named tuple).
+    return omitted, tuple(zip(*listed, strict=True)) or _NO_ROWS
 
 
 class Vouches:

@@ -1,19 +1,22 @@
-"""What is known of an attempt's and a series' effect, and the facts of one request."""
+"""What is known of an attempt's and a series' effect, and the facts of one request (its ToolCall's)."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.call import RequestFacts, ToolCall, series_effect
+from otel_mcp_replay.call import ToolCall, series_effect
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
     Outcome,
     classify,
 )
+from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.telemetry import Effect
 
 # --- one attempt: what a response says (classify), without I/O ---------------------------------
@@ -57,6 +60,13 @@ def test_an_answer_still_to_come_leaves_the_effect_open_until_the_stream_says() 
     assert pending.after_stream("error") == Outcome(200, "error", "unknown", answered=True)
     assert pending.after_stream(None) == Outcome(200, "error", "unknown")  # a response, without it
     assert pending.after_stream(None, cut=True) == Outcome(200, "network", "unknown")  # the connection lost
+
+
+def test_a_call_sent_without_http_is_classified_by_what_it_came_to() -> None:
+    """stdio, in-process: no HTTP status (0), and the call's own end says what it came to."""
+    assert classify(0, "result") == Outcome(0, None, "applied", answered=True)
+    assert classify(0, "other") == Outcome(0, "error", "unknown")  # failed without a result: may have run
+    assert classify(0, None) == NO_RESPONSE  # an HTTP attempt without a response is still that
 
 
 def test_a_redirect_is_unknown_and_not_a_failure() -> None:
@@ -118,50 +128,61 @@ def test_a_word_that_is_not_an_effect_is_refused() -> None:
 # --- the facts of one request -----------------------------------------------------------------
 
 
+def a_call(*, app_authorized: bool = False) -> ToolCall:
+    """A call on real SDK providers, its request under app-authorized or compatibility (as bind sets it)."""
+    runtime = Runtime(
+        TracerProvider().get_tracer(t.INSTRUMENTATION_NAME),
+        Instruments.on(MeterProvider().get_meter(t.INSTRUMENTATION_NAME)),
+    )
+    call = ToolCall(runtime, "search", None)
+    call.app_authorized = app_authorized
+    return call
+
+
 def test_facts_count_what_was_sent() -> None:
-    facts = RequestFacts()
-    assert facts.sent == 0
-    facts.sent_one()
-    facts.sent_one()
-    assert facts.sent == 2
+    call = a_call()
+    assert call.sent == 0
+    call.sent_one()
+    call.sent_one()
+    assert call.sent == 2
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
-    facts = RequestFacts()
-    facts.sent_one()
-    facts.no_answer()
-    assert not facts.uncertain
+    call = a_call()
+    call.sent_one()
+    call.no_answer()
+    assert not call.uncertain
 
 
 def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() -> None:
-    facts = RequestFacts(app_authorized=True)
-    facts.sent_one()
-    facts.no_answer()
-    facts.sent_one()
-    facts.delivered_status(500)
-    facts.answered()  # a later error answer does not undo the attempt that lacked one
-    assert facts.uncertain
+    call = a_call(app_authorized=True)
+    call.sent_one()
+    call.no_answer()
+    call.sent_one()
+    call.delivered_status(500)
+    call.answer_arrived()  # a later error answer does not undo the attempt that lacked one
+    assert call.uncertain
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
-    facts = RequestFacts(app_authorized=True)
-    facts.sent_one()
-    facts.delivered_status(202)
-    assert facts.accepted_without_answer and facts.uncertain
-    facts.answered()
-    assert not facts.accepted_without_answer and not facts.uncertain
+    call = a_call(app_authorized=True)
+    call.sent_one()
+    call.delivered_status(202)
+    assert call.accepted_without_answer and call.uncertain
+    call.answer_arrived()
+    assert not call.accepted_without_answer and not call.uncertain
 
 
 def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
-    facts = RequestFacts(app_authorized=True)
+    call = a_call(app_authorized=True)
     for _ in range(3):
-        facts.sent_one()
-    facts.delivered_status(429)
-    assert not facts.uncertain
+        call.sent_one()
+    call.delivered_status(429)
+    assert not call.uncertain
 
 
 def test_the_first_delivered_status_stands() -> None:
-    facts = RequestFacts(app_authorized=True)
-    facts.delivered_status(503)
-    facts.delivered_status(200)
-    assert not facts.accepted_without_answer
+    call = a_call(app_authorized=True)
+    call.delivered_status(503)
+    call.delivered_status(200)
+    assert not call.accepted_without_answer

@@ -16,6 +16,7 @@ from otel_mcp_replay.record import (
     AttemptRow,
     RecordRefused,
     build_record,
+    call_record,
     is_endpoint,
     record_refusal,
     validate_record,
@@ -435,3 +436,80 @@ def test_build_refuses_a_row_outside_the_list() -> None:
     assert CANARY not in repr(caught.value)
     with pytest.raises(RecordRefused):
         a_record(rows=[(429, "throttle", "unknown", "first", 0)])
+
+
+# --- the record of a call the plugin ran: only what came from outside is checked at build ------
+
+
+@st.composite
+def call_record_arguments(draw: st.DrawFn) -> dict[str, Any]:
+    """Every argument call.py can give call_record: each word any of its typed words, each count a
+    count, and the outside values (tool, request id, endpoint, statuses) any that pass."""
+    return {
+        "policy": draw(st.sampled_from(t.POLICIES)),
+        "sent": draw(st.integers(0, 2**63 - 1)),
+        "effect": draw(st.sampled_from(t.EFFECTS)),
+        "verdict": draw(st.sampled_from(t.VERDICTS)),
+        "may_have_run": draw(st.booleans()),
+        "endpoint": draw(st.one_of(labels, origins)),
+        "tool": draw(tool_names),
+        "request_id": draw(request_ids),
+        "rows": draw(st.lists(rows_st, max_size=t.MAX_RECORD_ROWS + 3)),
+        "call_round": draw(st.integers(1, 2**63 - 1)),
+    }
+
+
+@settings(max_examples=300)
+@given(call_record_arguments())
+def test_every_record_the_plugin_builds_passes_the_full_allow_list(arguments: dict[str, Any]) -> None:
+    record = call_record(**arguments)
+    assert validate_record(record) == record
+    assert record_refusal(record) is None
+    assert record == build_record(**arguments)  # the same record as the fully checked build
+
+
+def test_the_plugin_s_row_words_are_every_word_of_the_allow_list() -> None:
+    # call_record trusts its rows' words because call.py writes them from these typed sets: the
+    # strategy above draws from exactly the sets the allow-list accepts.
+    assert set(AttemptRow.__annotations__) == {"status", "failure", "effect", "permission", "wait_ms"}
+    for failure in ("", *t.FAILURES):
+        for effect in t.EFFECTS:
+            for permission in t.ATTEMPT_PERMISSIONS:
+                row = AttemptRow(200, failure, effect, permission, 0)
+                assert validate_record(call_record(**{**CALL, "rows": [row]})) is not None
+
+
+CALL: dict[str, Any] = {
+    "policy": "app-authorized",
+    "sent": 1,
+    "effect": "applied",
+    "verdict": "completed",
+    "may_have_run": False,
+    "endpoint": "billing",
+    "tool": "charge",
+    "request_id": "7",
+    "rows": [AttemptRow(200, "", "applied", "first", 0)],
+    "call_round": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "key"),
+    [
+        ("tool", f"{CANARY}\n", t.GEN_AI_TOOL_NAME),
+        ("tool", "x" * 257, t.GEN_AI_TOOL_NAME),
+        ("request_id", "", t.JSONRPC_REQUEST_ID),
+        ("request_id", f"{CANARY}\u202e", t.JSONRPC_REQUEST_ID),
+        ("endpoint", f"https://u:{CANARY}@h/{CANARY}", t.ENDPOINT),
+        ("rows", [AttemptRow(1000, "", "applied", "first", 0)], t.ATTEMPTS_STATUS),
+        ("rows", [AttemptRow(99, "", "applied", "first", 0)], t.ATTEMPTS_STATUS),
+        ("rows", [(200, "", "applied", "first", 0)], "rows (not AttemptRow)"),
+    ],
+)
+def test_the_plugin_s_record_refuses_an_outside_value_naming_the_key_not_the_value(
+    field: str, bad: Any, key: str
+) -> None:
+    with pytest.raises(RecordRefused) as caught:
+        call_record(**{**CALL, field: bad})
+    assert caught.value.field == key
+    assert CANARY not in f"{caught.value} {caught.value.args!r} {caught.value!r}"

@@ -125,6 +125,42 @@ def ended_by_a_refusal() -> Iterator[None]:
             raise
 
 
+# -- a clean call's objects --
+
+
+async def test_a_clean_call_leaves_none_of_its_state_in_a_reference_cycle(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """Each call's state (its ToolCall, the app's AppCall, its attempts and rows) is freed as the
+    call returns: none is left in a cycle for the garbage collector, which would cost every call a
+    share of the collections (an AppCall and its last round referred to each other: 9 objects a call).
+    The answer watch is the SDK's response's, and lives as long as it: on mcp 1.x the SDK's own
+    cancelled stream tasks leave each response in a cycle, with the plugin or without."""
+    from otel_mcp_replay.call import AppCall, Attempt, ToolCall
+    from otel_mcp_replay.record import AttemptRow
+
+    state = (AppCall, Attempt, AttemptRow, ToolCall)
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    async with Client(server.url) as client:
+        for _ in range(3):  # the first calls fill caches
+            await client.call_tool("search", {"query": "q"})
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection would free is kept in gc.garbage instead
+        try:
+            for _ in range(5):
+                assert not is_error(await client.call_tool("search", {"query": "q"}))
+            gc.collect()
+            left = [type(o).__qualname__ for o in gc.garbage if type(o) in state]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert server.counters.executions("search") == 8
+    assert len(records(telemetry)) == 8  # every call was the plugin's
+    assert left == []
+
+
 # -- Retry-After, the wait cap, attempts --
 
 
@@ -673,6 +709,25 @@ async def test_stdio_calls_are_recorded_as_one_attempt(telemetry: Telemetry, ins
     assert record[t.POLICY] == "compatibility"
     assert record[t.ATTEMPTS_EFFECT] == ("applied",)
     assert record[t.JSONRPC_REQUEST_ID].isdigit()  # the id the call went out under
+
+
+async def test_a_stdio_call_that_fails_is_recorded_as_one_attempt_that_may_have_run(
+    telemetry: Telemetry, instrument: Any
+) -> None:
+    """No HTTP: the call's own end is its one attempt's outcome, classified as any other (law.classify):
+    failed without a result, it may have run, and it is never repeated."""
+    instrument()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "harness.stdio_server"])
+    async with Client(params) as client:
+        with anyio.fail_after(20), pytest.raises(Exception):  # noqa: B017 (the caller's own timeout, as the SDK raises it)
+            await client.call_tool("slow", {"seconds": 5}, read_timeout_seconds=0.2)
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.VERDICT], record[t.ENDPOINT]) == (1, "failed", "local")
+    assert record[t.ATTEMPTS_STATUS] == (0,)
+    assert record[t.ATTEMPTS_FAILURE] == ("error",)
+    assert record[t.ATTEMPTS_EFFECT] == ("unknown",) and record[t.EFFECT] == "unknown"
+    (span,) = attempt_spans(telemetry)
+    assert span.attributes is not None and span.attributes[t.DECLINED] == "not-retryable"
 
 
 # -- one tree with the SDK's spans and the HTTP client instrumentor's --

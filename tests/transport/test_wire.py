@@ -73,6 +73,21 @@ def test_what_is_not_utf8_json_reads_as_none(raw: bytes) -> None:
     assert json_message(raw) is None
 
 
+@pytest.mark.parametrize(
+    "raw", [' {"a": 1}', '{"a": 1} \r\n', '\t\n {"a": [1, " "]}\n\t ', "7", ' "x" ', "[]", "\n[] "]
+)
+def test_json_whitespace_around_the_value_reads_as_json_loads_reads_it(raw: str) -> None:
+    assert json_message(raw) == json.loads(raw)
+    assert json_message(raw.encode()) == json.loads(raw)
+
+
+@pytest.mark.parametrize("raw", ["\u00a0{}", "{}\u00a0", "\u2028{}", "{}\x0b", " ", "\n", '{"a": 1} \n x'])
+def test_what_is_not_json_whitespace_around_the_value_reads_as_none(raw: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(raw)  # what json.loads refuses
+    assert json_message(raw) is None
+
+
 @pytest.mark.parametrize("raw", ["\ufeff{}", '{"a": 1} x', b'{"a": 1} {}', memoryview(b"{}"), 7, None])
 def test_what_json_loads_refuses_and_what_is_not_a_body_read_as_none(raw: Any) -> None:
     assert json_message(raw) is None  # a BOM left in text, data after the value, not bytes or str

@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from types import ModuleType
 from typing import Any
 
@@ -207,7 +208,8 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     """Two request headers from the raw list (Headers.get would first decode every header of the
     request to learn their charset), each joined with ", " when repeated, as Headers.get joins."""
     raw = headers.raw
-    by_name = {key.lower(): value for key, value in raw}
+    # Built in C (no Python-level loop over the request's headers): names lowered, to their values.
+    by_name = dict(zip(map(bytes.lower, map(itemgetter(0), raw)), map(itemgetter(1), raw), strict=True))
     if len(by_name) == len(raw):  # no header repeated: the usual case
         return by_name.get(b"accept", b""), by_name.get(b"content-type", b"")
     accept = b", ".join(value for key, value in raw if key.lower() == b"accept")

@@ -12,7 +12,6 @@ law and record, under the app's call span; a round that continues one answered w
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
@@ -24,7 +23,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
-from otel_mcp_replay.guard import repeat_confirmed
+from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
@@ -43,11 +42,14 @@ async def call_tool(
     streamable_sessions: AbstractSet[int] = frozenset(),  # ids the HTTP seam saw speak streamable HTTP
 ) -> Any:
     name, arguments = _tool_and_arguments(args, kwargs)
-    if type(name) is not str or not is_instrumentation_enabled():
+    if type(name) is not str:
         return await wrapped(*args, **kwargs)
     app_call = outer = CURRENT_APP_CALL.get()
     if app_call is not None and not app_call.is_round(instance, name, arguments):
         app_call = None
+    # A round's app call asked, in this very context, a moment ago (client_call_tool).
+    if app_call is None and not is_instrumentation_enabled():
+        return await wrapped(*args, **kwargs)
     call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
     if continues:  # the HTTP seam reads the call's own flag (1.x sends from another task)
@@ -56,14 +58,15 @@ async def call_tool(
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
     app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
+    # The round after an InputRequiredResult answers the server's question: never a repeat (what
+    # guard.repeat_confirmed() sets, set here only for such a round).
+    confirmed = CONFIRMED.set(True) if continues else None
     otel_token = otel_context.attach(call.context)
     try:
-        # The round after an InputRequiredResult answers the server's question: never a repeat.
-        with repeat_confirmed() if continues else contextlib.nullcontext():
-            if id(instance) in streamable_sessions:  # no call of this session can need stopping
-                result = await wrapped(*args, **kwargs)
-            else:
-                result = await _stoppable(call, wrapped, args, kwargs)
+        if id(instance) in streamable_sessions:  # no call of this session can need stopping
+            result = await wrapped(*args, **kwargs)
+        else:
+            result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
         if app_call is not None:
             app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
@@ -77,6 +80,8 @@ async def call_tool(
         raise seen from seen.__cause__
     finally:
         otel_context.detach(otel_token)
+        if confirmed is not None:
+            CONFIRMED.reset(confirmed)
         if app_token is not None:
             CURRENT_APP_CALL.reset(app_token)
         CURRENT_CALL.reset(token)
@@ -179,8 +184,10 @@ async def send_request(
     sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
     (the call_tool seam runs it): its span, its record, the law, the repeat guard. Inside call_tool
     it is that call's own request."""
+    if CURRENT_CALL.get() is not None:  # call_tool's own request (asked first: one lookup in C)
+        return await wrapped(*args, **kwargs)
     name = tool_of(args[0] if args else kwargs.get("request"))
-    if name is None or CURRENT_CALL.get() is not None or not is_instrumentation_enabled():
+    if name is None or not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
 
     async def sent(*_: Any, **__: Any) -> Any:
