@@ -11,11 +11,12 @@ once per key by the first of these that applies:
   6. `url.query` / `url.fragment`                                               -> their values masked
   7. anything else                                                              -> text rules only
 then every string that is not masked or hashed goes through the text rules (text.py), as does the
-span's status description. The `mcp.tool.request_attempts` record passes the allow-list
-(record.py) or is refused whole; a record value a key or text rule would change is replaced whole
-by "REDACTED", which keeps the record valid, and a user key rule on a record key that holds a count
-or a contract word refuses the record whole. A value no rule changes is passed on as the very same
-object; the only "nothing to change" tests are the ones each text rule states for itself (text.py).
+span's status description. The `mcp.tool.request_attempts` record passes the allow-list (record.py)
+or is refused whole; a record value a key or text rule would change is replaced whole by "REDACTED",
+which keeps the record valid, and a user key rule on a record key that holds a count or a contract
+word refuses the record whole. A value no rule changes is passed on as the very same object; the
+only "nothing to change" tests are the ones each text rule states for itself (text.py), made for all
+of a span's values in one pass when every key of it is already known as plain (2. or 7.).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class RedactionRules:
         self._texts = TextRules(user_rules.value_patterns)
         self._session_key = user_rules.session_key
         self._actions: dict[str, int] = {}
+        self._plain_keys: set[str] = set()  # the keys in _actions whose action is PLAIN
         self._hashes: dict[str, str] = {}
         # The user's key rules reach the record's keys too (its keys are fixed: decided once).
         matched = [key for key in t.RECORD_KEYS if any(p.search(key) for p in self._key_patterns)]
@@ -118,6 +120,8 @@ class RedactionRules:
             action = self._classify(key)
             if len(self._actions) < CACHE_MAX:
                 self._actions[key] = action
+                if action == PLAIN:
+                    self._plain_keys.add(key)
         return action
 
     def _classify(self, key: str) -> int:
@@ -189,9 +193,10 @@ class RedactionRules:
 
     def _attributes(self, attributes: Attributes, hash_sessions: bool) -> dict[str, Any] | None:
         """A redacted copy of `attributes`, or None when no rule changed any of them."""
-        if not attributes:
-            return None
         copied = plain_dict(attributes)
+        # The common span: every key known plain and no value a text rule could change, in one test.
+        if self._plain_keys.issuperset(copied) and not self._texts.may_change_any(copied.values()):
+            return None
         changed = False
         actions = self._actions
         text_rules = self._texts.apply

@@ -4,7 +4,7 @@ The rule: every text rule is a linear-time pass (RE2, or mask_url's string metho
 which texts it may change: its triggers (substrings one of which every such text holds) and, where
 that is too wide, a finer test of its own (linear too). A rule runs on a text only when both admit
 it; a rule without triggers runs on every text. That is the one "nothing to change" shortcut there
-is, and each rule states its own, next to it. In order:
+is (made for many values in one pass by may_change_any), and each rule states its own, next to it. In order:
 1. URLs quoted in text (`scheme://...`): userinfo, query and fragment values masked (urls.py).
 2. Secrets written as `key=value` / `key: value` (token, secret, password, api key, authorization,
    cookie, signature, ...): the value masked, `token=[REDACTED]`; an already masked value is kept.
@@ -14,7 +14,7 @@ is, and each rule states its own, next to it. In order:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_urls_in_text
@@ -140,6 +140,22 @@ class TextRules:
             return True
         for trigger in triggers:  # noqa: SIM110 (a loop: no generator for the common short text)
             if trigger in text:
+                return True
+        return False
+
+    def may_change_any(self, values: Iterable[Any]) -> bool:
+        """False only when no rule can change any of `values` read as attribute values: a value no
+        rule reads (a number, a bool) is passed over, a sequence is left to be read item by item."""
+        triggers = self._triggers
+        if triggers is None:
+            return True
+        for value in values:
+            kind = type(value)
+            if kind is str:
+                for trigger in triggers:  # may_change, inlined: this runs for every string value
+                    if trigger in value:
+                        return True
+            elif kind is tuple or kind is list:
                 return True
         return False
 

@@ -1,0 +1,171 @@
+"""Redaction once its rules know a span's keys: the same result as rules seeing them the first time.
+
+A RedactionRules decides each key's action once and caches it; a span whose every key it already
+knows as plain is read in one pass over its values (text.py's TextRules.may_change_any), and a record
+this library filed has its free-text values read the same way. These tests send a first span through
+a pipeline so that its rules learn the keys, then the span under test with the same keys: what leaves
+must be what rules meeting those keys for the first time export, secret by secret.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import Status, StatusCode
+from tests.redaction.test_redaction import Capture, Pipeline, every_string, full_record
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.instrumentor import McpReplayInstrumentor
+from otel_mcp_replay.record import validate_record
+from otel_mcp_replay.redaction import MASK, URL_MASK, RedactingSpanProcessor, RedactionRules
+
+PLAIN_KEYS = ("app.note", "app.count", "mcp.replay.word", t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID)
+CLEAN: dict[str, Any] = {key: "clean" for key in PLAIN_KEYS}
+SECRET = "Zq7secretBody"  # appears in no key, mask or clean value here
+
+
+def exported(pipeline: Pipeline, attributes: dict[str, Any], *, warm: bool) -> ReadableSpan:
+    """The span carrying `attributes` as `pipeline` exports it; `warm`: after a first span of the same
+    keys with clean values has taught the rules those keys."""
+    if warm:
+        pipeline.one(**dict.fromkeys(attributes, "clean"))
+    return pipeline.one(**attributes)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (f"Bearer {SECRET}", f"Bearer {MASK}"),
+        (f"Bearer\t{SECRET}", f"Bearer\t{MASK}"),  # a tab: the trigger a value's repr would hide
+        (f"failed: token={SECRET}", f"failed: token={MASK}"),
+        (f"password: {SECRET}", f"password: {MASK}"),
+        (
+            f"see https://user:{SECRET}@host/path?q=1",
+            f"see https://{URL_MASK}:{URL_MASK}@host/path?q={URL_MASK}",
+        ),
+        ((f"Bearer\t{SECRET}",), (f"Bearer\t{MASK}",)),  # one item: no separator in its text
+        (("ok", f"token={SECRET}"), ("ok", f"token={MASK}")),
+    ],
+)
+def test_a_value_under_known_plain_keys_is_masked_as_the_first_time(value: Any, expected: Any) -> None:
+    attributes = {**CLEAN, "app.note": value}
+    cold = exported(Pipeline(), attributes, warm=False)
+    pipeline = Pipeline()
+    warm = exported(pipeline, attributes, warm=True)
+    assert set(PLAIN_KEYS) <= pipeline.processor.rules._plain_keys  # the rules did know the keys
+    assert (warm.attributes or {})["app.note"] == (cold.attributes or {})["app.note"] == expected
+    assert dict(warm.attributes or {}) == dict(cold.attributes or {})
+    assert not any(SECRET in text for text in every_string(warm))
+
+
+def test_a_user_value_pattern_reaches_values_under_known_plain_keys() -> None:
+    pipeline = Pipeline(RedactionRules(redact_values=[r"acct-\d+"]))
+    warm = exported(pipeline, {**CLEAN, "app.note": "for acct-12345 only", "app.count": 3}, warm=True)
+    assert (warm.attributes or {})["app.note"] == f"for {MASK} only"
+    assert (warm.attributes or {})["app.count"] == 3
+
+
+def test_known_plain_keys_leave_numbers_bools_and_huge_ints_alone() -> None:
+    values = {"app.count": 10**5000, "app.note": 1.5e300, "mcp.replay.word": True, t.JSONRPC_REQUEST_ID: 7}
+    pipeline = Pipeline()
+    warm = exported(pipeline, values, warm=True)
+    assert dict(warm.attributes or {}) == values
+
+
+def test_a_clean_span_of_known_keys_is_passed_as_the_very_same_object() -> None:
+    raw, redacted = Capture(), Capture()
+    provider = TracerProvider()
+    provider.add_span_processor(raw)
+    provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules()))
+    tracer = provider.get_tracer("x")
+    for request_id in ("1", "2"):  # the second: every key already known
+        with tracer.start_as_current_span("tools/call search") as span:
+            span.set_attributes({**CLEAN, t.JSONRPC_REQUEST_ID: request_id, "app.count": 2, "n": (1, 2)})
+    assert redacted.ended[1] is raw.ended[1]
+
+
+def test_a_sensitive_key_among_known_plain_keys_is_still_masked() -> None:
+    pipeline = Pipeline()
+    pipeline.one(**CLEAN)
+    warm = pipeline.one(**CLEAN, **{"app.token": SECRET, "url.full": f"https://h/p?k={SECRET}"})
+    assert (warm.attributes or {})["app.token"] == MASK
+    assert (warm.attributes or {})["url.full"] == f"https://h/p?k={URL_MASK}"
+
+
+def test_event_link_and_status_text_is_masked_after_the_keys_are_known() -> None:
+    pipeline = Pipeline()
+    for secret in ("clean", SECRET):  # the first span teaches the event's keys
+        with pipeline.tracer.start_as_current_span("work") as span:
+            span.add_event("exception", {"exception.message": f"failed: token={secret}"})
+            span.set_status(Status(StatusCode.ERROR, f"Bearer {secret}"))
+    last = pipeline.spans()[-1]
+    assert dict(last.events[0].attributes or {}) == {"exception.message": f"failed: token={MASK}"}
+    assert last.status.description == f"Bearer {MASK}"
+
+
+# -- the record this library filed -------------------------------------------------------------------
+
+
+def filed(pipeline: Pipeline, **overrides: Any) -> ReadableSpan:
+    """A span holding a record filed as the plugin files it (vouched for), through `pipeline`."""
+    with pipeline.tracer.start_as_current_span("tools/call search") as span:
+        McpReplayInstrumentor().vouches.file(span, full_record(rows=3, **overrides))
+    return pipeline.spans()[-1]
+
+
+@pytest.mark.parametrize(
+    ("field", "key"),
+    [("tool", t.GEN_AI_TOOL_NAME), ("request_id", t.JSONRPC_REQUEST_ID), ("endpoint", t.ENDPOINT)],
+)
+def test_a_filed_record_text_value_a_rule_would_change_is_replaced_whole(field: str, key: str) -> None:
+    value = "https://origin.example:8443" if field == "endpoint" else f"Bearer {SECRET}"
+    rules = RedactionRules(redact_values=[r"origin\.example"]) if field == "endpoint" else None
+    pipeline = Pipeline(rules)
+    filed(pipeline)  # a clean one first
+    (event,) = filed(pipeline, **{field: value}).events
+    attributes = dict(event.attributes or {})
+    assert attributes[key] == URL_MASK
+    assert validate_record(attributes) == attributes
+    assert pipeline.processor.refused_count == 0
+
+
+def test_a_clean_filed_record_is_passed_as_the_very_same_event() -> None:
+    raw, redacted = Capture(), Capture()
+    provider = TracerProvider()
+    provider.add_span_processor(raw)
+    provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules()))
+    with provider.get_tracer("x").start_as_current_span("tools/call search") as span:
+        McpReplayInstrumentor().vouches.file(span, full_record(rows=3))
+    assert redacted.ended[0] is raw.ended[0]
+
+
+# -- the property ------------------------------------------------------------------------------------
+
+TEXT = st.one_of(
+    st.text(alphabet=string.ascii_letters + string.digits + " \t:=/@?#.-_", max_size=30),
+    st.sampled_from(
+        [f"Bearer {SECRET}", f"token={SECRET}", f"https://u:{SECRET}@h/p?q=1", f"Basic\tQWxh{SECRET}9/"]
+    ),
+)
+VALUE = st.one_of(
+    TEXT,
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.lists(TEXT, min_size=1, max_size=3).map(tuple),
+    st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple),
+)
+KEY = st.sampled_from([*PLAIN_KEYS, "http.url", "app.secret", t.MCP_SESSION_ID, "url.query"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(KEY, VALUE, min_size=1, max_size=6))
+def test_known_keys_export_what_unknown_keys_export(attributes: dict[str, Any]) -> None:
+    cold = exported(Pipeline(), attributes, warm=False)
+    warm = exported(Pipeline(), attributes, warm=True)
+    assert dict(warm.attributes or {}) == dict(cold.attributes or {})
