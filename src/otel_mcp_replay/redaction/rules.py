@@ -26,6 +26,7 @@ import hmac
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any, Final
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -55,6 +56,7 @@ _OWN_PREFIX: Final = "mcp.replay."
 _NOT_SENSITIVE: Final = frozenset({"gen_ai.token.type"})
 # The record's free-text values (the others are counts, bools and contract words).
 _RECORD_TEXT_KEYS: Final = (t.ENDPOINT, t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID)
+_record_texts: Final = itemgetter(*_RECORD_TEXT_KEYS)  # a record's free-text values, read in C
 
 
 class RedactionRules:
@@ -229,6 +231,8 @@ class RedactionRules:
                 return _refused(event)
             # Equal by value (identity short-cuts the columns) means the original event says the same.
             changed = accepted != plain_dict(attributes)
+        if not self._record_masked and not self._texts.may_change_any(_record_texts(accepted)):
+            return (event, 0) if not changed else (_same_record(event, accepted), 0)
         for key in _RECORD_TEXT_KEYS:
             value = accepted[key]
             if value == URL_MASK or type(value) is not str:
@@ -239,8 +243,7 @@ class RedactionRules:
                 changed = True
         if not changed:
             return event, 0
-        dropped = getattr(event, "dropped_attributes", 0)
-        return RedactedEvent(event.name, accepted, event.timestamp, dropped), 0
+        return _same_record(event, accepted), 0
 
     def _event(self, event: Event, hash_sessions: bool, vouches: Vouches | None) -> tuple[Event, int]:
         name = event.name
@@ -308,6 +311,11 @@ class RedactionRules:
             ),
             refused,
         )
+
+
+def _same_record(record: Event, accepted: dict[str, Any]) -> Event:
+    """`record`'s event holding `accepted` instead."""
+    return RedactedEvent(record.name, accepted, record.timestamp, getattr(record, "dropped_attributes", 0))
 
 
 def _refused(record: Event) -> tuple[Event, int]:
