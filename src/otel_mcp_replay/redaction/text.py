@@ -14,7 +14,7 @@ is (made for many values in one pass by may_change_any), and each rule states it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_urls_in_text
@@ -34,6 +34,8 @@ _AUTH_SCHEME: Final = compile_re2(
     r"|\b(Basic[ \t]+)[A-Za-z0-9+/]{2,}[A-Z0-9+/][A-Za-z0-9+/]*={0,2}"
 )
 _ALREADY_MASKED: Final = (MASK, URL_MASK)
+_SEQUENCES: Final = frozenset({tuple, list})
+_is_str: Final = str.__instancecheck__  # isinstance(value, str), as filter's C callable
 
 
 def _mask_secret_value(match: Any) -> str:
@@ -143,21 +145,14 @@ class TextRules:
                 return True
         return False
 
-    def may_change_any(self, values: Iterable[Any]) -> bool:
-        """False only when no rule can change any of `values` read as attribute values: a value no
-        rule reads (a number, a bool) is passed over, a sequence is left to be read item by item."""
-        triggers = self._triggers
-        if triggers is None:
+    def may_change_any(self, values: Collection[Any]) -> bool:
+        """False only when no rule can change any of `values` read as attribute values. Their strings
+        are tested at once, joined by NUL (no trigger holds one, so none spans two strings); a value
+        no rule reads (a number, a bool) is passed over; a list or tuple is left to be read item by
+        item (True)."""
+        if self._triggers is None or not _SEQUENCES.isdisjoint(map(type, values)):
             return True
-        for value in values:
-            kind = type(value)
-            if kind is str:
-                for trigger in triggers:  # may_change, inlined: this runs for every string value
-                    if trigger in value:
-                        return True
-            elif kind is tuple or kind is list:
-                return True
-        return False
+        return self.may_change("\x00".join(filter(_is_str, values)))  # in C: no loop per value
 
     def apply(self, text: str) -> str:
         """`text` with every rule applied, or `text` itself (the same object) when none changed it."""
