@@ -275,31 +275,33 @@ class RedactionRules:
         refused = 0
         events: list[Event] | None = None
         original_events = span.events
-        for index, event in enumerate(original_events):
-            new_event, count = self._event(event, hash_sessions, vouches)
-            refused += count
-            if new_event is not event:
-                if events is None:
-                    events = list(original_events)
-                events[index] = new_event
+        if original_events:  # most spans have none: no loop set up for them
+            for index, event in enumerate(original_events):
+                new_event, count = self._event(event, hash_sessions, vouches)
+                refused += count
+                if new_event is not event:
+                    if events is None:
+                        events = list(original_events)
+                    events[index] = new_event
 
         links: list[Link] | None = None
         original_links = span.links
-        for index, link in enumerate(original_links):
-            new_attributes = self._attributes(link.attributes, hash_sessions)
-            if new_attributes is not None:
-                if links is None:
-                    links = list(original_links)
-                links[index] = RedactedLink(link, new_attributes)
+        if original_links:
+            for index, link in enumerate(original_links):
+                new_attributes = self._attributes(link.attributes, hash_sessions)
+                if new_attributes is not None:
+                    if links is None:
+                        links = list(original_links)
+                    links[index] = RedactedLink(link, new_attributes)
 
-        status = span.status
+        original_status = status = span.status
         description = status.description
         if description:
             new_description = self._texts.apply(description)
             if new_description is not description:
                 status = Status(status.status_code, new_description)
 
-        if attributes is None and events is None and links is None and status is span.status:
+        if attributes is None and events is None and links is None and status is original_status:
             return span, 0
         return (
             RedactedSpan(
