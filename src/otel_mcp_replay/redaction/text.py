@@ -93,8 +93,12 @@ class TextRule:
 
     def may_change(self, text: str) -> bool:
         triggers = self.triggers
-        if triggers is not None and not any(trigger in text for trigger in triggers):
-            return False
+        if triggers is not None:
+            for trigger in triggers:  # a loop, not any(): no generator for one or two triggers
+                if trigger in text:
+                    break
+            else:
+                return False
         return self.finer is None or self.finer(text)
 
 
