@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Status, StatusCode, Tracer
 from tests.redaction.test_redaction import Capture, Pipeline, every_string, full_record
 
 from otel_mcp_replay import telemetry as t
@@ -77,12 +77,17 @@ def test_known_plain_keys_leave_numbers_bools_and_huge_ints_alone() -> None:
     assert dict(warm.attributes or {}) == values
 
 
-def test_a_clean_span_of_known_keys_is_passed_as_the_very_same_object() -> None:
+def side_by_side() -> tuple[Capture, Capture, Tracer]:
+    """A tracer whose spans reach `raw` as they are and `redacted` through the redaction."""
     raw, redacted = Capture(), Capture()
     provider = TracerProvider()
     provider.add_span_processor(raw)
     provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules()))
-    tracer = provider.get_tracer("x")
+    return raw, redacted, provider.get_tracer("x")
+
+
+def test_a_clean_span_of_known_keys_is_passed_as_the_very_same_object() -> None:
+    raw, redacted, tracer = side_by_side()
     for request_id in ("1", "2"):  # the second: every key already known
         with tracer.start_as_current_span("tools/call search") as span:
             span.set_attributes({**CLEAN, t.JSONRPC_REQUEST_ID: request_id, "app.count": 2, "n": (1, 2)})
@@ -135,11 +140,8 @@ def test_a_filed_record_text_value_a_rule_would_change_is_replaced_whole(field: 
 
 
 def test_a_clean_filed_record_is_passed_as_the_very_same_event() -> None:
-    raw, redacted = Capture(), Capture()
-    provider = TracerProvider()
-    provider.add_span_processor(raw)
-    provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules()))
-    with provider.get_tracer("x").start_as_current_span("tools/call search") as span:
+    raw, redacted, tracer = side_by_side()
+    with tracer.start_as_current_span("tools/call search") as span:
         McpReplayInstrumentor().vouches.file(span, full_record(rows=3))
     assert redacted.ended[0] is raw.ended[0]
 
