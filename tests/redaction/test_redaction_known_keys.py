@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Status, StatusCode, Tracer
+from tests.growth import work_of
 from tests.redaction.test_redaction import Capture, Pipeline, every_string, full_record
 
 from otel_mcp_replay import telemetry as t
@@ -92,6 +93,25 @@ def test_a_clean_span_of_known_keys_is_passed_as_the_very_same_object() -> None:
         with tracer.start_as_current_span("tools/call search") as span:
             span.set_attributes({**CLEAN, t.JSONRPC_REQUEST_ID: request_id, "app.count": 2, "n": (1, 2)})
     assert redacted.ended[1] is raw.ended[1]
+
+
+def test_a_clean_span_of_known_keys_costs_the_same_work_whatever_its_attribute_count() -> None:
+    # Counted, not timed (tests/growth.py): no Python line runs per attribute, its text is tested in C.
+    rules = RedactionRules()
+
+    def work_for(count: int) -> int:
+        def ended(value: str) -> ReadableSpan:
+            attributes = {f"app.k{i}": value if i % 2 else i for i in range(count)}
+            span = TracerProvider().get_tracer("x").start_span("work", attributes=attributes)
+            span.end()
+            return span  # type: ignore[return-value]
+
+        rules.redact(ended("first"))  # teaches the rules the keys
+        clean = ended("clean")
+        assert rules.redact(clean)[0] is clean
+        return work_of(lambda: rules.redact(clean))
+
+    assert work_for(50) == work_for(5)
 
 
 def test_a_sensitive_key_among_known_plain_keys_is_still_masked() -> None:
