@@ -57,15 +57,23 @@ def _holds_url_parts(text: str) -> bool:
 
 
 # Every key _SECRET_VALUE knows holds one of these, in lower case.
+_SECRET_WORDS: Final = ("token", "secret", "pass", "pwd", "key", "credential", "auth", "cookie", "signature")
 # One pass each, whatever the text holds (a search per word was ten passes, and slow on text that
 # repeats a word's letters); RE2 folds case as _SECRET_VALUE does (the Kelvin sign K is a k).
-_SECRET_WORD: Final = compile_re2(
-    r"token|secret|pass|pwd|key|credential|auth|cookie|signature", ignore_case=True
-)
+_SECRET_WORD: Final = compile_re2("|".join(_SECRET_WORDS), ignore_case=True)
+# Up to this length an ASCII text is searched word by word: cheaper than one call into RE2 (a URL:
+# 0.3 us against 1 us), and bounded whatever the text repeats.
+_WORD_BY_WORD_MAX: Final = 256
 _SCHEME_WORD: Final = compile_re2(r"Basic|(?i:bearer)")
 
 
 def _names_a_secret(text: str) -> bool:
+    if len(text) <= _WORD_BY_WORD_MAX and text.isascii():  # ASCII folds case as lower() does
+        lowered = text.lower()
+        for word in _SECRET_WORDS:  # noqa: SIM110 (a loop: no generator for a short text)
+            if word in lowered:
+                return True
+        return False
     return _SECRET_WORD.search(text) is not None
 
 

@@ -1,10 +1,12 @@
-"""Redaction once its rules know a span's keys: the same result as rules seeing them the first time.
+"""The redaction's shortcuts export what the full reading exports.
 
-A RedactionRules decides each key's action once and caches it; a span whose every key it already
-knows as plain is read in one pass over its values (text.py's TextRules.may_change_any), and a record
-this library filed has its free-text values read the same way. These tests send a first span through
-a pipeline so that its rules learn the keys, then the span under test with the same keys: what leaves
-must be what rules meeting those keys for the first time export, secret by secret.
+- Known keys: a RedactionRules decides each key's action once and caches it; a span whose every key
+  it already knows as plain is read in one pass over its values (text.py's
+  TextRules.may_change_any), and a record this library filed has its free-text values read the
+  same way. A first span through a pipeline teaches its rules the keys, then the span under test
+  with the same keys must leave as it leaves rules meeting those keys for the first time.
+- The key=value rule's finer test: a short ASCII text is searched for the secret words one by one
+  (lower-cased), any other text by one RE2 pass; both must find the same words.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
 from otel_mcp_replay.record import validate_record
 from otel_mcp_replay.redaction import MASK, URL_MASK, RedactingSpanProcessor, RedactionRules
+from otel_mcp_replay.redaction import text as text_rules
 
 PLAIN_KEYS = ("app.note", "app.count", "mcp.replay.word", t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID)
 CLEAN: dict[str, Any] = {key: "clean" for key in PLAIN_KEYS}
@@ -191,3 +194,38 @@ def test_known_keys_export_what_unknown_keys_export(attributes: dict[str, Any]) 
     cold = exported(Pipeline(), attributes, warm=False)
     warm = exported(Pipeline(), attributes, warm=True)
     assert dict(warm.attributes or {}) == dict(cold.attributes or {})
+
+
+# -- the key=value rule's finer test -------------------------------------------------------------------
+
+# The words' letters in both cases, the Kelvin sign and the long s (RE2 folds them to k and s),
+# separators, and a few other letters: texts that hold, split or nearly hold a secret word.
+WORD_LETTERS = sorted(set("".join(text_rules._SECRET_WORDS)))
+ALPHABET = "".join(WORD_LETTERS) + "".join(WORD_LETTERS).upper() + "\u212a\u017f:=/ .-_xyz\u00e9"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet=ALPHABET, max_size=300),
+        st.builds(
+            lambda head, word, tail: head + word + tail,
+            st.text(alphabet=ALPHABET, max_size=140),
+            st.sampled_from(text_rules._SECRET_WORDS).flatmap(
+                lambda word: st.tuples(*(st.sampled_from([c, c.upper()]) for c in word)).map("".join)
+            ),
+            st.text(alphabet=ALPHABET, max_size=140),
+        ),
+    )
+)
+def test_the_word_by_word_search_finds_what_re2_finds(text: str) -> None:
+    assert text_rules._names_a_secret(text) == (text_rules._SECRET_WORD.search(text) is not None)
+
+
+@pytest.mark.parametrize("word", ["toKen", "TOKEN", "Api_Key", "\u017fecret", "to\u212aen", "PassWord"])
+@pytest.mark.parametrize("padding", [0, 300])  # a short text (word by word) and a long one (RE2)
+def test_a_secret_written_into_text_is_masked_in_any_case(word: str, padding: int) -> None:
+    value = "Zq7Body42"  # no secret word of its own: only `word` can admit the text
+    text = "x" * padding + f" failed: {word}={value} at https://h/p"
+    masked = RedactionRules()._texts.apply(text)
+    assert value not in masked and f"={MASK}" in masked
