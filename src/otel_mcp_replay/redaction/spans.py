@@ -79,7 +79,7 @@ class RedactedSpan(ReadableSpan):
 
 def plain_dict(attributes: Attributes) -> dict[str, Any]:
     """A private plain-dict copy of `attributes` (empty for None)."""
-    if not attributes:
+    if attributes is None:
         return {}
     # BoundedAttributes and MappingProxyType over it copy their dict in C; anything else is read.
     copied = attributes.copy() if hasattr(attributes, "copy") else None

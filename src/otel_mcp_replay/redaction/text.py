@@ -4,7 +4,7 @@ The rule: every text rule is a linear-time pass (RE2, or mask_url's string metho
 which texts it may change: its triggers (substrings one of which every such text holds) and, where
 that is too wide, a finer test of its own (linear too). A rule runs on a text only when both admit
 it; a rule without triggers runs on every text. That is the one "nothing to change" shortcut there
-is, and each rule states its own, next to it. In order:
+is (made for many values in one pass by may_change_any), and each rule states its own, next to it. In order:
 1. URLs quoted in text (`scheme://...`): userinfo, query and fragment values masked (urls.py).
 2. Secrets written as `key=value` / `key: value` (token, secret, password, api key, authorization,
    cookie, signature, ...): the value masked, `token=[REDACTED]`; an already masked value is kept.
@@ -14,7 +14,7 @@ is, and each rule states its own, next to it. In order:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_urls_in_text
@@ -34,6 +34,8 @@ _AUTH_SCHEME: Final = compile_re2(
     r"|\b(Basic[ \t]+)[A-Za-z0-9+/]{2,}[A-Z0-9+/][A-Za-z0-9+/]*={0,2}"
 )
 _ALREADY_MASKED: Final = (MASK, URL_MASK)
+_SEQUENCES: Final = frozenset({tuple, list})
+_is_str: Final = str.__instancecheck__  # isinstance(value, str), as filter's C callable
 
 
 def _mask_secret_value(match: Any) -> str:
@@ -55,15 +57,23 @@ def _holds_url_parts(text: str) -> bool:
 
 
 # Every key _SECRET_VALUE knows holds one of these, in lower case.
+_SECRET_WORDS: Final = ("token", "secret", "pass", "pwd", "key", "credential", "auth", "cookie", "signature")
 # One pass each, whatever the text holds (a search per word was ten passes, and slow on text that
 # repeats a word's letters); RE2 folds case as _SECRET_VALUE does (the Kelvin sign K is a k).
-_SECRET_WORD: Final = compile_re2(
-    r"token|secret|pass|pwd|key|credential|auth|cookie|signature", ignore_case=True
-)
+_SECRET_WORD: Final = compile_re2("|".join(_SECRET_WORDS), ignore_case=True)
+# Up to this length an ASCII text is searched word by word: cheaper than one call into RE2 (a URL:
+# 0.3 us against 1 us), and bounded whatever the text repeats.
+_WORD_BY_WORD_MAX: Final = 256
 _SCHEME_WORD: Final = compile_re2(r"Basic|(?i:bearer)")
 
 
 def _names_a_secret(text: str) -> bool:
+    if len(text) <= _WORD_BY_WORD_MAX and text.isascii():  # ASCII folds case as lower() does
+        lowered = text.lower()
+        for word in _SECRET_WORDS:  # noqa: SIM110 (a loop: no generator for a short text)
+            if word in lowered:
+                return True
+        return False
     return _SECRET_WORD.search(text) is not None
 
 
@@ -91,8 +101,12 @@ class TextRule:
 
     def may_change(self, text: str) -> bool:
         triggers = self.triggers
-        if triggers is not None and not any(trigger in text for trigger in triggers):
-            return False
+        if triggers is not None:
+            for trigger in triggers:  # a loop, not any(): no generator for one or two triggers
+                if trigger in text:
+                    break
+            else:
+                return False
         return self.finer is None or self.finer(text)
 
 
@@ -142,6 +156,15 @@ class TextRules:
             if trigger in text:
                 return True
         return False
+
+    def may_change_any(self, values: Collection[Any]) -> bool:
+        """False only when no rule can change any of `values` read as attribute values. Their strings
+        are tested at once, joined by NUL (no trigger holds one, so none spans two strings); a value
+        no rule reads (a number, a bool) is passed over; a list or tuple is left to be read item by
+        item (True)."""
+        if self._triggers is None or not _SEQUENCES.isdisjoint(map(type, values)):
+            return True
+        return self.may_change("\x00".join(filter(_is_str, values)))  # in C: no loop per value
 
     def apply(self, text: str) -> str:
         """`text` with every rule applied, or `text` itself (the same object) when none changed it."""
