@@ -229,3 +229,31 @@ def test_a_secret_written_into_text_is_masked_in_any_case(word: str, padding: in
     text = "x" * padding + f" failed: {word}={value} at https://h/p"
     masked = RedactionRules()._texts.apply(text)
     assert value not in masked and f"={MASK}" in masked
+
+
+class _Word(str):
+    """A str subclass (an enum.StrEnum member is one): the SDK keeps it as it is, OTLP exports it as text."""
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_a_str_subclass_value_is_redacted_as_the_text_it_is(known: bool) -> None:
+    """Found leaking: a str subclass under a plain or URL key was passed through unread."""
+    _, redacted, tracer = side_by_side()
+    values = {
+        "app.note": "failed with token=hunter2secret",
+        "url.full": "http://127.0.0.1:8000/mcp?key=hunter2secret",
+        "app.items": ("token=hunter2secret", "plain"),
+    }
+    rounds = 2 if known else 1  # the second round: every key already known
+    for _ in range(rounds):
+        with tracer.start_as_current_span("as exact str") as span:
+            span.set_attributes(values)
+        with tracer.start_as_current_span("as a str subclass") as span:
+            span.set_attributes(
+                {key: tuple(map(_Word, v)) if type(v) is tuple else _Word(v) for key, v in values.items()}
+            )
+    assert len(redacted.ended) == 2 * rounds
+    as_str, as_subclass = (dict(span.attributes or {}) for span in redacted.ended[-2:])
+    assert "hunter2secret" not in repr(as_subclass)
+    assert as_subclass == as_str
+    assert MASK in as_str["app.note"]

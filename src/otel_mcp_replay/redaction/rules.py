@@ -157,6 +157,10 @@ class RedactionRules:
     def _value(self, action: int, value: Any, hash_sessions: bool) -> Any:
         """The redacted value, or `value` itself (the same object) when nothing changed."""
         kind = type(value)
+        if kind is not str and isinstance(value, str):
+            # A str subclass (an enum.StrEnum member): exported as its text, so read as exact str
+            # (str.__str__ copies it in C; no method of the subclass runs).
+            value, kind = str.__str__(value), str
         if kind is str:
             if action == PLAIN:
                 return self._texts.apply(value)
