@@ -133,12 +133,9 @@ async def send(
         if call is None and sent_suppressed(carriage, body):
             with suppress_instrumentation():
                 return await wrapped(*args, **kwargs)
-    rest = dict(kwargs)
-    rest.pop("request", None)
-
-    async def exchange_once() -> Any:
-        return await wrapped(request, *args[1:], **rest)
-
+    # One exchange of this very request: the client's send as the SDK called it (no coroutine of
+    # ours around it, so none is resumed at each of the exchange's awaits).
+    exchange_once = functools.partial(wrapped, *args, **kwargs)
     if (
         call is not None
         and target.tool == call.tool
