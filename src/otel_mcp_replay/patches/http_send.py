@@ -121,7 +121,7 @@ async def send(
     declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
     target = PROTOCOL
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
-        target = target_of(body, declaration)  # the body read once: its tool, its id, its key
+        target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
     if (
         call is None
         and not streamable
@@ -248,7 +248,7 @@ async def _tool_series(
 ) -> Any:
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
-        target = target_of(body, declaration)  # its key, as that declaration names it
+        target = target_of(body, declaration, from_json=True)  # its key, as that declaration names it
     policy = _policy(rt, declaration, target, url)
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
         call.bind(
