@@ -242,6 +242,7 @@ class Outcome(NamedTuple):
 # run; the caller sees what the SDK alone shows, and nothing repeats it.
 NOT_SENT: Final = Outcome(0, None, "none")
 NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
+_ANSWERED_200: Final = Outcome(200, None, "applied", answered=True)
 
 
 def classify(
@@ -276,8 +277,8 @@ def classify(
         return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
     if reply is None or reply == "later":
         return Outcome(status, None, None)
-    if reply == "result":
-        return Outcome(status, None, "applied", answered=True)
+    if reply == "result":  # a clean call's: made once for the usual 200
+        return _ANSWERED_200 if status == 200 else Outcome(status, None, "applied", answered=True)
     if reply == "error":
         return Outcome(status, "error", "unknown", answered=True)
     if reply == "cut":

@@ -428,8 +428,11 @@ async def _tool_exchange(
         except http.module.TransportError as exc:  # the body was cut: as good as no response
             await response.aclose()
             return classify(status, "cut"), response, exc
-    retry_after = response.headers.get("retry-after") if status == 429 or busy else None
-    outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
+    if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
+        retry_after = response.headers.get("retry-after")
+        outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
+    else:
+        outcome = classify(status, reply)
     return outcome, response, None
 
 
