@@ -88,40 +88,45 @@ def _scan(obj: dict[object, object], key: str) -> object:
     return None
 
 
-def _tool_target(request: object, declaration: Declaration) -> Target | None:
+def _tool_target(request: object, declaration: Declaration, from_json: bool) -> Target | None:
     """The target of one JSON-RPC request object when it is a tools/call, else None."""
     if type(request) is not dict:
         return None
-    read = _reader(request)
+    read = request.get if from_json else _reader(request)
     method = read("method")
     if type(method) is not str or method != t.TOOLS_CALL_METHOD:
         return None
     request_id, params = read("id"), read("params")
     if type(params) is not dict:
         return Target(tool="", request_id=request_id)
-    read = _reader(params)
+    read = params.get if from_json else _reader(params)
     name = read("name")
     tool = name if type(name) is str else ""
     key_carried = False
     if declaration.key_argument is not None:
         arguments = read("arguments")
         if type(arguments) is dict:
-            key = _get(arguments, declaration.key_argument)
+            key = (
+                arguments.get(declaration.key_argument)
+                if from_json
+                else _get(arguments, declaration.key_argument)
+            )
             key_carried = type(key) is str and key != ""
     return Target(tool, key_carried, False, request_id, params)
 
 
-def target_of(body: object, declaration: Declaration) -> Target:
+def target_of(body: object, declaration: Declaration, *, from_json: bool = False) -> Target:
     """`body`, the parsed JSON of one request exactly as sent, read as a target. Never raises.
 
     A tools/call whose name is not a string is Target(tool=""), which no declared entry matches.
-    Anything else, malformed bodies included, is PROTOCOL.
+    Anything else, malformed bodies included, is PROTOCOL. `from_json`: `body` is what the JSON
+    decoder made of a text, whose every object key is exactly str: the dicts' own lookup reads it.
     """
     if type(body) is list:
-        if any(_tool_target(item, declaration) is not None for item in body):
+        if any(_tool_target(item, declaration, from_json) is not None for item in body):
             return _BATCH
         return PROTOCOL
-    target = _tool_target(body, declaration)
+    target = _tool_target(body, declaration, from_json)
     return PROTOCOL if target is None else target
 
 
@@ -237,6 +242,7 @@ class Outcome(NamedTuple):
 # run; the caller sees what the SDK alone shows, and nothing repeats it.
 NOT_SENT: Final = Outcome(0, None, "none")
 NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
+_ANSWERED_200: Final = Outcome(200, None, "applied", answered=True)
 
 
 def classify(
@@ -271,8 +277,8 @@ def classify(
         return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
     if reply is None or reply == "later":
         return Outcome(status, None, None)
-    if reply == "result":
-        return Outcome(status, None, "applied", answered=True)
+    if reply == "result":  # a clean call's: made once for the usual 200
+        return _ANSWERED_200 if status == 200 else Outcome(status, None, "applied", answered=True)
     if reply == "error":
         return Outcome(status, "error", "unknown", answered=True)
     if reply == "cut":

@@ -74,6 +74,10 @@ class RetryBudget:
             self.on_success()
 
     def on_success(self) -> None:
+        # A full bucket (nearly every answer finds it so) stays full: no lock to take. Read unlocked,
+        # it is as if this answer came just before any failure being charged meanwhile.
+        if self._tokens == self._max:
+            return
         with self._lock:
             self._tokens = min(self._max, self._tokens + self._ratio)
 

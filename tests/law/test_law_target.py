@@ -163,6 +163,9 @@ method_like = st.sampled_from(("tools/call", "tools/list", "initialize", ""))
 def test_target_of_never_raises_and_agrees_with_the_json(body: Any) -> None:
     body = json.loads(json.dumps(body))  # as the transport parses it
     target = target_of(body, KEYED)
+    # The HTTP seam's read of a body its JSON decoder made (every key exactly str) is the same read.
+    assert target_of(body, KEYED, from_json=True) == target
+    assert target_of(body, KEYED, from_json=True).arguments() == target.arguments()
     if isinstance(body, list):
         assert (
             target.batch

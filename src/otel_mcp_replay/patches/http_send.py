@@ -121,7 +121,7 @@ async def send(
     declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
     target = PROTOCOL
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
-        target = target_of(body, declaration)  # the body read once: its tool, its id, its key
+        target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
     if (
         call is None
         and not streamable
@@ -133,12 +133,9 @@ async def send(
         if call is None and sent_suppressed(carriage, body):
             with suppress_instrumentation():
                 return await wrapped(*args, **kwargs)
-    rest = dict(kwargs)
-    rest.pop("request", None)
-
-    async def exchange_once() -> Any:
-        return await wrapped(request, *args[1:], **rest)
-
+    # One exchange of this very request: the client's send as the SDK called it (no coroutine of
+    # ours around it, so none is resumed at each of the exchange's awaits).
+    exchange_once = functools.partial(wrapped, *args, **kwargs)
     if (
         call is not None
         and target.tool == call.tool
@@ -251,7 +248,7 @@ async def _tool_series(
 ) -> Any:
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
-        target = target_of(body, declaration)  # its key, as that declaration names it
+        target = target_of(body, declaration, from_json=True)  # its key, as that declaration names it
     policy = _policy(rt, declaration, target, url)
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
         call.bind(
@@ -431,8 +428,11 @@ async def _tool_exchange(
         except http.module.TransportError as exc:  # the body was cut: as good as no response
             await response.aclose()
             return classify(status, "cut"), response, exc
-    retry_after = response.headers.get("retry-after") if status == 429 or busy else None
-    outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
+    if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
+        retry_after = response.headers.get("retry-after")
+        outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
+    else:
+        outcome = classify(status, reply)
     return outcome, response, None
 
 
