@@ -25,7 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.endpoints import UNKNOWN_ENDPOINT
+from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
@@ -511,12 +511,14 @@ class ToolCall:
             if known is None:
                 known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
             self.declaration, self.endpoint = known
-            self.request_id = "unknown"
-            self.span.set_attributes({t.JSONRPC_REQUEST_ID: "unknown", t.POLICY: self.declaration.policy})
+            self.request_id = t.UNKNOWN_REQUEST_ID
+            self.span.set_attributes(
+                {t.JSONRPC_REQUEST_ID: t.UNKNOWN_REQUEST_ID, t.POLICY: self.declaration.policy}
+            )
             return
         if self.request_id is None:
-            self.request_id = "unknown"
-        self.endpoint = "local"
+            self.request_id = t.UNKNOWN_REQUEST_ID
+        self.endpoint = LOCAL_ENDPOINT
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(self.request_id), t.POLICY: COMPATIBILITY.policy})
         self.opened(None)
         assert self.attempt is not None

@@ -26,6 +26,7 @@ ORIGIN: Final = re.compile(r"https?://(?:[a-z0-9_.-]{1,253}|\[[0-9a-f:.]{2,45}\]
 # The record's endpoint for a URL with no origin the plugin can spell (a label's form, so a record
 # holding it passes the allow-list; it names nothing of the URL).
 UNKNOWN_ENDPOINT: Final = "unknown"
+LOCAL_ENDPOINT: Final = "local"  # a call that went another way than HTTP (stdio, in-process)
 _DEFAULT_PORTS: Final = MappingProxyType({"http": 80, "https": 443})
 
 
