@@ -46,6 +46,9 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
     "otel_mcp_replay_call", default=None
 )
 
+# The request id of a call none of whose requests was seen (its record and span say it).
+UNKNOWN_REQUEST_ID: Final = "unknown"
+
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
 
 
@@ -511,13 +514,13 @@ class ToolCall:
             if known is None:
                 known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
             self.declaration, self.endpoint = known
-            self.request_id = t.UNKNOWN_REQUEST_ID
+            self.request_id = UNKNOWN_REQUEST_ID
             self.span.set_attributes(
-                {t.JSONRPC_REQUEST_ID: t.UNKNOWN_REQUEST_ID, t.POLICY: self.declaration.policy}
+                {t.JSONRPC_REQUEST_ID: UNKNOWN_REQUEST_ID, t.POLICY: self.declaration.policy}
             )
             return
         if self.request_id is None:
-            self.request_id = t.UNKNOWN_REQUEST_ID
+            self.request_id = UNKNOWN_REQUEST_ID
         self.endpoint = LOCAL_ENDPOINT
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(self.request_id), t.POLICY: COMPATIBILITY.policy})
         self.opened(None)

@@ -19,7 +19,6 @@ ATTEMPT_SPAN_PREFIX: Final = "mcp.replay.attempt"  # one INTERNAL span per HTTP 
 MCP_METHOD_NAME: Final = "mcp.method.name"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"
-UNKNOWN_REQUEST_ID: Final = "unknown"  # its value for a call none of whose requests was seen
 ATTEMPT: Final = "mcp.replay.attempt"
 HTTP_RESEND_COUNT: Final = "http.request.resend_count"
 HTTP_STATUS_CODE: Final = "http.response.status_code"
