@@ -257,7 +257,6 @@ class ToolCall:
     round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
     # The request's replay facts:
     sent = 0  # times the request was sent
-    app_authorized = False  # its series runs under that policy (bind)
     unanswered = False  # an attempt got no response at all (a received refusal is never this)
     delivered: int | None = None  # the status of the response the SDK was handed
     answer_came = False  # the JSON-RPC response to its id arrived
@@ -280,7 +279,6 @@ class ToolCall:
     def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
-        self.app_authorized = declaration.policy == "app-authorized"
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
         self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
@@ -303,6 +301,12 @@ class ToolCall:
     def answer_arrived(self) -> None:
         """The answer watcher: the JSON-RPC response to this request's id arrived."""
         self.answer_came = True
+
+    @property
+    def app_authorized(self) -> bool:
+        """Its series runs under `app-authorized` (the declaration it was bound under says so)."""
+        declaration = self.declaration
+        return declaration is not None and declaration.policy == "app-authorized"
 
     @property
     def accepted_without_answer(self) -> bool:

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call import ToolCall, series_effect
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.law import (
     NO_RESPONSE,
     NOT_SENT,
@@ -135,7 +136,7 @@ def a_call(*, app_authorized: bool = False) -> ToolCall:
         Instruments.on(MeterProvider().get_meter(t.INSTRUMENTATION_NAME)),
     )
     call = ToolCall(runtime, "search", None)
-    call.app_authorized = app_authorized
+    call.declaration = Declaration("app-authorized") if app_authorized else COMPATIBILITY  # as bind sets it
     return call
 
 
