@@ -82,7 +82,7 @@ class HttpLibrary:
         return cls(module, watch, not_sent, synthetic_status, resolves_lost_answers)
 
 
-async def send(
+def send(
     rt: Runtime,
     http: HttpLibrary,
     carriage: Carriage | None,  # mcp 1.x's carrier (patches/carrier.py); None on 2.x
@@ -92,30 +92,85 @@ async def send(
     instance: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Any:
-    """The seam only routes: a request passes through, or is a protocol request (`_protocol_series`),
-    or is a tool call's (`_tool_series`)."""
+) -> Awaitable[Any]:
+    """The seam only routes: it hands back what the caller awaits, the client's own send for a
+    request it passes through, else a protocol request's series (`_protocol_series`) or a tool
+    call's (`_tool_series`). It is no coroutine itself: nothing of it is resumed at the awaits of
+    the exchanges it routes."""
     request = args[0] if args else kwargs.get("request")
     if not isinstance(request, http.module.Request) or not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
     if request.method != "POST":
         if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
-            response = await wrapped(*args, **kwargs)
-            return watch_event_stream(rt, http, connections, instance, request, response, CURRENT_CALL.get())
-        return await wrapped(*args, **kwargs)
+            return _event_stream(rt, http, connections, instance, request, wrapped(*args, **kwargs))
+        return wrapped(*args, **kwargs)
     call = CURRENT_CALL.get()
-    # A message POST of a legacy-SSE connection: to the endpoint its stream announced.
-    sse = connections.stream_for(instance, str(request.url)) if connections.by_client else None
-    accept, content_type = _accept_and_content_type(request.headers)
-    # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
-    streamable = b"text/event-stream" in accept and b"application/json" in accept
-    if call is None and sse is None and not streamable and (carriage is None or not carriage.requests):
-        return await wrapped(*args, **kwargs)
+    post = (
+        rt,
+        http,
+        carriage,
+        connections,
+        streamable_sessions,
+        call,
+        request,
+        wrapped,
+        instance,
+        args,
+        kwargs,
+    )
     if call is not None and call.attempt is not None and call.attempt.state == "redirected":
-        await request.aread()  # the next hop of a followed redirect: the same body, as a stream
-    body = _json_body(http, request) if b"json" in content_type else None
+        # The next hop of a followed redirect: the same body, as a stream, read first.
+        return _body_read(request, functools.partial(_post, *post))
+    return _post(*post)
+
+
+async def _event_stream(
+    rt: Runtime,
+    http: HttpLibrary,
+    connections: SseConnections,
+    instance: Any,
+    request: Any,
+    sending: Awaitable[Any],
+) -> Any:
+    call = CURRENT_CALL.get()
+    return watch_event_stream(rt, http, connections, instance, request, await sending, call)
+
+
+async def _body_read(request: Any, route: Callable[[], Awaitable[Any]]) -> Any:
+    await request.aread()
+    return await route()
+
+
+def _post(
+    rt: Runtime,
+    http: HttpLibrary,
+    carriage: Carriage | None,
+    connections: SseConnections,
+    streamable_sessions: set[int],
+    call: ToolCall | None,  # the call in progress in the sender's context
+    request: Any,  # the one the SDK handed the client (send read it from args or kwargs)
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Awaitable[Any]:
+    """A POST routed: passed through, or one of the two series."""
+    if call is not None and id(call.session) in streamable_sessions:
+        # A call's POST on a session seen speaking streamable HTTP is its transport's: never a
+        # legacy-SSE message POST, its media types known (no header of the request is read).
+        sse, streamable = None, True
+        body = _json_body(http, request)
+    else:
+        # A message POST of a legacy-SSE connection: to the endpoint its stream announced.
+        sse = connections.stream_for(instance, str(request.url)) if connections.by_client else None
+        accept, content_type = _accept_and_content_type(request.headers)
+        # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
+        streamable = b"text/event-stream" in accept and b"application/json" in accept
+        if call is None and sse is None and not streamable and (carriage is None or not carriage.requests):
+            return wrapped(*args, **kwargs)
+        body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
-        return await wrapped(*args, **kwargs)  # a response to the server is never repeated
+        return wrapped(*args, **kwargs)  # a response to the server is never repeated
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
@@ -131,8 +186,7 @@ async def send(
         # mcp 1.x: the legacy SSE transport POSTs from a task of its own (on a connection known or not)
         call = carried_call(carriage, target)
         if call is None and sent_suppressed(carriage, body):
-            with suppress_instrumentation():
-                return await wrapped(*args, **kwargs)
+            return _suppressed(wrapped, args, kwargs)
     # One exchange of this very request: the client's send as the SDK called it (no coroutine of
     # ours around it, so none is resumed at each of the exchange's awaits).
     exchange_once = functools.partial(wrapped, *args, **kwargs)
@@ -141,7 +195,7 @@ async def send(
         and target.tool == call.tool
         and (call.declaration is None or call.request_id == target.request_id)
     ):
-        return await _tool_series(
+        return _tool_series(
             rt,
             http,
             call,
@@ -158,8 +212,15 @@ async def send(
     # A tools/call outside call_tool (send_request, or a call begun before instrument()): the law
     # still holds for it, with nothing recorded.
     if sse is None and not streamable:
-        return await exchange_once()
-    return await _protocol_series(rt, declaration, target, url, exchange_once)
+        return exchange_once()
+    return _protocol_series(rt, declaration, target, url, exchange_once)
+
+
+async def _suppressed(
+    wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    with suppress_instrumentation():
+        return await wrapped(*args, **kwargs)
 
 
 async def _protocol_series(
@@ -443,20 +504,27 @@ _EXCHANGING: contextvars.ContextVar[tuple[Attempt, Any] | None] = contextvars.Co
 )
 
 
-async def reached_connection(
+def reached_connection(
     wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+) -> Awaitable[Any]:
     """`AsyncClient._send_single_request`: the one door from the client to its transport, past the
     auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
     re-send). An attempt's request that passes here reached the connection, or tried to: a connection
-    never made is told by its error (`HttpLibrary.not_sent`)."""
+    never made is told by its error (`HttpLibrary.not_sent`). Any other request passes straight on."""
     exchanging = _EXCHANGING.get()
     if exchanging is None:
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
     attempt, request = exchanging
     going = args[0] if args else kwargs.get("request")
     if going is not request and not _same_message(going, request):
-        return await wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
+        return wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
+    return _hop(attempt, wrapped, args, kwargs)
+
+
+async def _hop(
+    attempt: Attempt, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """One hop of `attempt`'s request to the connection: counted, its status kept."""
     if attempt.last_hop and not 300 <= attempt.last_hop < 400:  # not a redirect's next hop: a re-send
         attempt.resent_by_client(attempt.last_hop)
     attempt.wire += 1

@@ -172,28 +172,29 @@ async def _stoppable(
     return result
 
 
-async def send_request(
+def send_request(
     rt: Runtime,
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     streamable_sessions: AbstractSet[int] = frozenset(),
-) -> Any:
+) -> Awaitable[Any]:
     """`ClientSession.send_request` (mcp 2.x; on 1.x the carrier's seam hands it here): a tools/call
     sent past call_tool, `session.send_request(CallToolRequest(...))`, is a call as call_tool's are
     (the call_tool seam runs it): its span, its record, the law, the repeat guard. Inside call_tool
-    it is that call's own request."""
+    it is that call's own request, handed straight on (this seam is no coroutine: nothing of it is
+    resumed while the SDK waits for the answer)."""
     if CURRENT_CALL.get() is not None:  # call_tool's own request (asked first: one lookup in C)
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
     name = tool_of(args[0] if args else kwargs.get("request"))
     if name is None or not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
 
     async def sent(*_: Any, **__: Any) -> Any:
         return await wrapped(*args, **kwargs)
 
-    return await call_tool(rt, sent, instance, (name,), {}, streamable_sessions)
+    return call_tool(rt, sent, instance, (name,), {}, streamable_sessions)
 
 
 def tool_of(request: object) -> str | None:
