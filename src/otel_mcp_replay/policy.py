@@ -6,7 +6,8 @@ past the cap declines, it is never shortened), and the endpoint's token bucket a
 retryThrottling, shared by every call to the endpoint). `ReplayPolicy.after` answers with a
 decision and the policy for the next attempt, as urllib3's `Retry.increment` does: it changes
 nothing and knows no transport; the loop that sent the attempt charges the bucket
-(`RetryBudget.charge`) before it asks.
+(`RetryBudgets.charge`) before it asks. An attempt that did not fail has nothing to decide: the
+loop makes a request's policy at its first failure, and an answer charges a full bucket nothing.
 """
 
 from __future__ import annotations
@@ -73,13 +74,15 @@ class RetryBudget:
         elif outcome.effect != "none":
             self.on_success()
 
-    def on_success(self) -> None:
+    def on_success(self) -> bool:
+        """An answer returns `ratio`. True when the bucket is full after it."""
         # A full bucket (nearly every answer finds it so) stays full: no lock to take. Read unlocked,
         # it is as if this answer came just before any failure being charged meanwhile.
         if self._tokens == self._max:
-            return
+            return True
         with self._lock:
             self._tokens = min(self._max, self._tokens + self._ratio)
+            return self._tokens == self._max
 
     def allows_repeat(self) -> bool:
         with self._lock:
@@ -98,14 +101,34 @@ class RetryBudgets:
     (a forgotten endpoint starts again with a full bucket).
     """
 
-    __slots__ = ("_budgets", "_lock", "_retry_budget")
+    __slots__ = ("_budgets", "_drawn", "_lock", "_retry_budget")
 
     def __init__(self, retry_budget: tuple[int, float] | None) -> None:
         if retry_budget is not None:
             RetryBudget(*retry_budget)  # checked now, not at the first call
         self._retry_budget = retry_budget
         self._budgets: OrderedDict[str, RetryBudget] = OrderedDict()
+        # The endpoints whose bucket is below full: an answer from any other is charged nothing,
+        # and its bucket is not looked up (a full bucket forgotten is the full bucket made again).
+        self._drawn: set[str] = set()
         self._lock = threading.Lock()
+
+    def charge(self, key: str, outcome: Outcome) -> None:
+        """Endpoint `key`'s bucket told what one attempt came to (`RetryBudget.charge`)."""
+        if self._retry_budget is None:
+            return
+        if outcome.failure is None and key not in self._drawn:
+            return  # an answer (or an attempt never sent) to a full bucket: it stays full
+        budget = self.for_endpoint(key)
+        assert budget is not None
+        if outcome.failure is not None:
+            budget.on_failure()
+            with self._lock:
+                if key in self._budgets:  # not forgotten meanwhile
+                    self._drawn.add(key)
+        elif outcome.effect != "none" and budget.on_success():
+            with self._lock:
+                self._drawn.discard(key)
 
     def for_endpoint(self, key: str) -> RetryBudget | None:
         """The budget shared by every call to endpoint `key`; None when the retry budget is off."""
@@ -116,7 +139,8 @@ class RetryBudgets:
             if budget is None:
                 budget = self._budgets[key] = RetryBudget(*self._retry_budget)
                 if len(self._budgets) > ENDPOINTS_KEPT:
-                    self._budgets.popitem(last=False)
+                    forgotten, _ = self._budgets.popitem(last=False)
+                    self._drawn.discard(forgotten)
             else:
                 self._budgets.move_to_end(key)
             return budget

@@ -341,3 +341,58 @@ def test_the_registry_is_thread_safe() -> None:
         thread.join()
     assert len(budgets) == 50
     assert len({id(b) for b in seen}) == 50
+
+
+ANSWER = Outcome(200, None, "applied")
+FAILURE = Outcome(503, "error", "unknown")
+
+
+def test_an_answer_charges_the_registry_only_where_a_bucket_is_below_full() -> None:
+    budgets = RetryBudgets((10, 0.1))
+    budgets.charge("http://a:80", ANSWER)
+    assert len(budgets) == 0  # an answer to a full bucket: no bucket looked up, none made
+    budgets.charge("http://a:80", FAILURE)
+    a = budgets.for_endpoint("http://a:80")
+    assert a is not None and a.tokens == 9
+    for answers in range(1, 11):
+        budgets.charge("http://a:80", ANSWER)
+        assert a.tokens == pytest.approx(min(10, 9 + answers * 0.1))
+    budgets.charge("http://b:80", FAILURE)  # another endpoint's failure is its own
+    b = budgets.for_endpoint("http://b:80")
+    assert b is not None and b.tokens == 9 and a.tokens == 10
+    budgets.charge("http://a:80", Outcome(0, None, "none"))  # never sent: neither cost nor credit
+    budgets.charge("http://b:80", Outcome(0, None, "none"))
+    assert (a.tokens, b.tokens) == (10, 9)
+
+
+def test_a_bucket_made_full_again_is_charged_as_a_full_one() -> None:
+    budgets = RetryBudgets((1, 0.5))
+    budgets.charge("e", FAILURE)
+    budget = budgets.for_endpoint("e")
+    assert budget is not None and budget.tokens == 0
+    budgets.charge("e", ANSWER)
+    budgets.charge("e", ANSWER)
+    assert budget.tokens == 1
+    budgets.charge("e", FAILURE)  # drawn again after it was full: charged as before
+    assert budget.tokens == 0
+    budgets.charge("e", ANSWER)
+    assert budget.tokens == 0.5
+
+
+def test_a_drawn_bucket_forgotten_starts_full_and_answers_make_none() -> None:
+    budgets = RetryBudgets((10, 0.1))
+    budgets.charge("e0", FAILURE)
+    for i in range(1, ENDPOINTS_KEPT + 1):  # e0, the least recently used, is forgotten
+        budgets.for_endpoint(f"e{i}")
+    assert len(budgets) == ENDPOINTS_KEPT
+    budgets.charge("e0", ANSWER)
+    assert len(budgets) == ENDPOINTS_KEPT  # no bucket made again for an answer
+    fresh = budgets.for_endpoint("e0")
+    assert fresh is not None and fresh.tokens == 10
+
+
+def test_the_registry_charges_nothing_when_the_budget_is_off() -> None:
+    budgets = RetryBudgets(None)
+    budgets.charge("e", FAILURE)
+    budgets.charge("e", ANSWER)
+    assert len(budgets) == 0 and budgets.for_endpoint("e") is None

@@ -234,15 +234,13 @@ async def _protocol_series(
     a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
     always was."""
     policy = _policy(rt, declaration, target, url)
-    budget = policy.endpoint_budget  # the endpoint's bucket: charged here, apart from the policy
     latest: Any = None
     while True:
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
         latest = await exchange_once()
         outcome = await _protocol_outcome(declaration, latest)
-        if budget is not None:
-            budget.charge(outcome)
+        rt.budgets.charge(rt.origin(url), outcome)  # the endpoint's bucket, charged apart from the policy
         decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
@@ -310,7 +308,6 @@ async def _tool_series(
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
         target = target_of(body, declaration, from_json=True)  # its key, as that declaration names it
-    policy = _policy(rt, declaration, target, url)
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
         call.bind(
             body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
@@ -342,14 +339,16 @@ async def _tool_series(
     if sse is not None:  # its answer is awaited on the connection's stream
         sse.waiting[body["id"]] = call
         call.when_ended(functools.partial(sse.waiting.pop, body["id"], None))
-    # One loop, read at once: open the attempt (its span), send it, classify what came back, ask the
-    # policy, wait; the attempt ends (span, row) as the policy's word on it is told (`decided`).
+    # One loop, read at once: open the attempt (its span), send it, classify what came back, charge
+    # the endpoint's bucket, ask the policy, wait; the attempt ends (span, row) as the policy's word
+    # on it is told (`decided`). The policy is made at the first failure: an answer decides nothing.
     watch_body = streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
     permission: Permission | None = None
     # The latest attempt's response, else its transport error: what the SDK is handed at the end.
     response: Any = None
     error: BaseException | None = None
-    budget = policy.endpoint_budget  # the endpoint's bucket: charged here, apart from the policy
+    policy: ReplayPolicy | None = None
+    origin = rt.origin(url)  # whose bucket the attempts are charged to
     try:
         while True:
             attempt = call.opened(permission)
@@ -358,9 +357,10 @@ async def _tool_series(
             final, response, error = await _attempt(
                 http, attempt, request, exchange_once, declaration, sse, watch_body
             )
-            if budget is not None:
-                budget.charge(final)
-            decision, policy = policy.after(final, rt.rng)
+            rt.budgets.charge(origin, final)
+            if policy is None and final.failure is not None:
+                policy = _policy(rt, declaration, target, url)
+            decision, policy = (None, None) if policy is None else policy.after(final, rt.rng)
             attempt.exchanged(final, error)  # a no-op for a redirect the client follows
             if not isinstance(decision, Wait):
                 attempt.decided(0, None if decision is None else decision.reason)
