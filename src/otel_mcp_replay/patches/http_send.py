@@ -98,30 +98,19 @@ def send(
     call's (`_tool_series`). It is no coroutine itself: nothing of it is resumed at the awaits of
     the exchanges it routes."""
     request = args[0] if args else kwargs.get("request")
-    if not isinstance(request, http.module.Request) or not is_instrumentation_enabled():
+    call = CURRENT_CALL.get()
+    # Inside a call, the call seam found instrumentation enabled in the context this one comes from.
+    if not isinstance(request, http.module.Request) or (call is None and not is_instrumentation_enabled()):
         return wrapped(*args, **kwargs)
     if request.method != "POST":
         if request.method == "GET" and b"text/event-stream" in _accept_and_content_type(request.headers)[0]:
             return _event_stream(rt, http, connections, instance, request, wrapped(*args, **kwargs))
         return wrapped(*args, **kwargs)
-    call = CURRENT_CALL.get()
-    post = (
-        rt,
-        http,
-        carriage,
-        connections,
-        streamable_sessions,
-        call,
-        request,
-        wrapped,
-        instance,
-        args,
-        kwargs,
-    )
+    route = (rt, http, carriage, connections, streamable_sessions, call, request, wrapped, instance)
     if call is not None and call.attempt is not None and call.attempt.state == "redirected":
         # The next hop of a followed redirect: the same body, as a stream, read first.
-        return _body_read(request, functools.partial(_post, *post))
-    return _post(*post)
+        return _body_read(request, functools.partial(_post, *route, args, kwargs))
+    return _post(*route, args, kwargs)
 
 
 async def _event_stream(
