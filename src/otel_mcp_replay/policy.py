@@ -66,13 +66,16 @@ class RetryBudget:
         with self._lock:
             self._tokens = max(0, self._tokens - _MILLI)
 
-    def charge(self, outcome: Outcome) -> None:
+    def charge(self, outcome: Outcome) -> bool:
         """Told what one attempt came to, by the loop that sent it (never by `ReplayPolicy.after`):
-        a failure costs a token, an answer returns `ratio`; one never sent is neither."""
+        a failure costs a token, an answer returns `ratio`; one never sent is neither. True when
+        the bucket is full after it."""
         if outcome.failure is not None:
             self.on_failure()
-        elif outcome.effect != "none":
-            self.on_success()
+            return False  # a token is at least a thousandth of the whole: never full after one
+        if outcome.effect != "none":
+            return self.on_success()
+        return self._tokens == self._max
 
     def on_success(self) -> bool:
         """An answer returns `ratio`. True when the bucket is full after it."""
@@ -119,31 +122,31 @@ class RetryBudgets:
             return
         if outcome.failure is None and key not in self._drawn:
             return  # an answer (or an attempt never sent) to a full bucket: it stays full
-        budget = self.for_endpoint(key)
-        assert budget is not None
-        if outcome.failure is not None:
-            budget.on_failure()
-            with self._lock:
-                if key in self._budgets:  # not forgotten meanwhile
-                    self._drawn.add(key)
-        elif outcome.effect != "none" and budget.on_success():
-            with self._lock:
+        with self._lock:  # the bucket and the drawn set change together
+            if self._budget(key).charge(outcome):
                 self._drawn.discard(key)
+            else:
+                self._drawn.add(key)
 
     def for_endpoint(self, key: str) -> RetryBudget | None:
         """The budget shared by every call to endpoint `key`; None when the retry budget is off."""
         if self._retry_budget is None:
             return None
         with self._lock:
-            budget = self._budgets.get(key)
-            if budget is None:
-                budget = self._budgets[key] = RetryBudget(*self._retry_budget)
-                if len(self._budgets) > ENDPOINTS_KEPT:
-                    forgotten, _ = self._budgets.popitem(last=False)
-                    self._drawn.discard(forgotten)
-            else:
-                self._budgets.move_to_end(key)
-            return budget
+            return self._budget(key)
+
+    def _budget(self, key: str) -> RetryBudget:
+        """Endpoint `key`'s bucket, made on first use, now the most recently used (lock held)."""
+        assert self._retry_budget is not None
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = RetryBudget(*self._retry_budget)
+            if len(self._budgets) > ENDPOINTS_KEPT:
+                forgotten, _ = self._budgets.popitem(last=False)
+                self._drawn.discard(forgotten)
+        else:
+            self._budgets.move_to_end(key)
+        return budget
 
     def __len__(self) -> int:
         with self._lock:

@@ -396,3 +396,26 @@ def test_the_registry_charges_nothing_when_the_budget_is_off() -> None:
     budgets.charge("e", FAILURE)
     budgets.charge("e", ANSWER)
     assert len(budgets) == 0 and budgets.for_endpoint("e") is None
+
+
+def test_the_registry_charges_a_bucket_from_many_threads_and_answers_refill_it() -> None:
+    budgets = RetryBudgets((10, 0.1))
+    start = threading.Barrier(8)
+
+    def storm() -> None:
+        start.wait()
+        for _ in range(50):
+            budgets.charge("e", FAILURE)
+            for _ in range(3):
+                budgets.charge("e", ANSWER)
+
+    threads = [threading.Thread(target=storm) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    budget = budgets.for_endpoint("e")
+    assert budget is not None and budget.tokens < 10  # 400 failures, 1,200 answers: drawn
+    for _ in range(100):  # 100 answers at 0.1 refill any bucket of 10 from empty
+        budgets.charge("e", ANSWER)
+    assert budget.tokens == 10  # every answer to a bucket below full was credited
