@@ -72,7 +72,7 @@ class RetryBudget:
         the bucket is full after it."""
         if outcome.failure is not None:
             self.on_failure()
-            return False  # a token is at least a thousandth of the whole: never full after one
+            return False  # a failure takes a whole token: the bucket is below full after it
         if outcome.effect != "none":
             return self.on_success()
         return self._tokens == self._max

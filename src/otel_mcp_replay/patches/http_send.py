@@ -222,14 +222,15 @@ async def _protocol_series(
     """A request that runs no tool (or a tools/call outside call_tool, under the law, unrecorded):
     a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
     always was."""
-    policy = _policy(rt, declaration, target, url)
+    origin = rt.origin(url)  # whose bucket its attempts are charged to
+    policy = _policy(rt, declaration, target, origin)
     latest: Any = None
     while True:
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
         latest = await exchange_once()
         outcome = await _protocol_outcome(declaration, latest)
-        rt.budgets.charge(rt.origin(url), outcome)  # the endpoint's bucket, charged apart from the policy
+        rt.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
         decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
@@ -271,9 +272,9 @@ def _json_body(http: HttpLibrary, request: Any) -> object:
     return json_message(content)
 
 
-def _policy(rt: Runtime, declaration: Declaration, target: Target, url: str) -> ReplayPolicy:
+def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
-    endpoint_budget = rt.budgets.for_endpoint(rt.origin(url))
+    endpoint_budget = rt.budgets.for_endpoint(origin)
     return ReplayPolicy(declaration, target, rt.settings, endpoint_budget, rt.fail_closed)
 
 
@@ -297,10 +298,9 @@ async def _tool_series(
     if sse is None and not streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(url)
         target = target_of(body, declaration, from_json=True)  # its key, as that declaration names it
+    origin = rt.origin(url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
-        call.bind(
-            body["id"], declaration, sse.endpoint if sse is not None else declaration.label or rt.origin(url)
-        )
+        call.bind(body["id"], declaration, sse.endpoint if sse is not None else declaration.label or origin)
         if (
             streamable
             and sse is None
@@ -337,7 +337,6 @@ async def _tool_series(
     response: Any = None
     error: BaseException | None = None
     policy: ReplayPolicy | None = None
-    origin = rt.origin(url)  # whose bucket the attempts are charged to
     try:
         while True:
             attempt = call.opened(permission)
@@ -348,7 +347,7 @@ async def _tool_series(
             )
             rt.budgets.charge(origin, final)
             if policy is None and final.failure is not None:
-                policy = _policy(rt, declaration, target, url)
+                policy = _policy(rt, declaration, target, origin)
             decision, policy = (None, None) if policy is None else policy.after(final, rt.rng)
             attempt.exchanged(final, error)  # a no-op for a redirect the client follows
             if not isinstance(decision, Wait):
