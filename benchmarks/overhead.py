@@ -7,13 +7,17 @@ MeterProvider), so the mcp SDK's own spans exist in every arm and the plugin's s
 cost what they cost in production.
 
 One `mcp.Client` (one session, one connection pool) serves every arm; the arms alternate in blocks
-(plain, peer, plugin, both, floor, plain, ...) after a warm-up of each, switched by instrument() /
-uninstrument() exactly as a user would (`ArmSwitch`). The peer is opentelemetry-instrumentation-httpx's
-HTTPX2ClientInstrumentor (one HTTP client span per request): what users already pay for an
-instrumentation, the yardstick for the plugin's price. The floor arm (benchmarks/_floor.py) makes
-only the SDK calls the contract asks of a clean call: the least any implementation of the contract
-could add. Each round then runs plain, peer, plugin and both again with redaction in the export
-path, as the documented set-up has it (`BatchSpanProcessor(RedactingSpanExporter(exporter))`).
+(plain, peer, plugin, both, floor, skeleton, plain, ...) after a warm-up of each, switched by
+instrument() / uninstrument() exactly as a user would (`ArmSwitch`). The peer is
+opentelemetry-instrumentation-httpx's HTTPX2ClientInstrumentor (one HTTP client span per request):
+what users already pay for an instrumentation, the yardstick for the plugin's price. The floor arm
+(benchmarks/_floor.py) makes only the SDK calls the contract asks of a clean call; the skeleton arm
+(benchmarks/_skeleton.py) adds to them only the Python a clean call cannot do without (its seams,
+the request id and its URL's declaration, the attempt's span current for the send, the answer
+found, the record's outside values checked) and no law: the least any implementation of the
+contract could add, without and with code of its own. Each round then runs plain, peer, plugin and
+both again with redaction in the export path, as the documented set-up has it
+(`BatchSpanProcessor(RedactingSpanExporter(exporter))`).
 Latency is the caller's: perf_counter around `await client.call_tool("search", ...)`; CPU is this
 process's over each block. The plugin/peer ratio is taken within each round (each arm's added CPU
 over that round's plain block), and its median and spread over the rounds are reported: on a
@@ -48,6 +52,7 @@ from benchmarks._common import (
     server_process,
 )
 from benchmarks._floor import FloorTelemetry, telemetry_floor
+from benchmarks._skeleton import skeleton
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
 
 TARGET_P50 = 1.03
@@ -57,8 +62,9 @@ SETTLE = 5  # calls after each switch, not counted
 # plain: the mcp SDK alone; peer: opentelemetry-instrumentation-httpx's HTTPX2ClientInstrumentor
 # alone (one HTTP client span per request: the yardstick an instrumentation's price is read
 # against); plugin: this plugin alone; both: the plugin and the peer; floor: the plugin's arm cut
-# down to only the SDK calls the contract asks for (benchmarks/_floor.py).
-ARMS = ("plain", "peer", "plugin", "both", "floor")
+# down to only the SDK calls the contract asks for (benchmarks/_floor.py); skeleton: the floor and
+# the least Python a clean call needs around it, with no law (benchmarks/_skeleton.py).
+ARMS = ("plain", "peer", "plugin", "both", "floor", "skeleton")
 REDACTED = " (redaction on)"  # the suffix of an arm run with redaction in the export path
 REDACTED_ARMS = tuple(arm + REDACTED for arm in ARMS[:4])
 
@@ -71,7 +77,7 @@ class ArmSwitch:
         self.providers = {key: settings[key] for key in ("tracer_provider", "meter_provider")}
         self.plugin = McpReplayInstrumentor()
         self.peer = HTTPX2ClientInstrumentor()
-        self.floor = contextlib.ExitStack()  # holds the floor's patch while that arm runs
+        self.floor = contextlib.ExitStack()  # the floor's or the skeleton's patches, while that arm runs
 
     def __call__(self, arm: str) -> None:
         arm = arm.removesuffix(REDACTED)
@@ -82,6 +88,8 @@ class ArmSwitch:
             self.peer.instrument(**self.providers)
         if arm == "floor":
             self.floor.enter_context(telemetry_floor(**self.providers))
+        if arm == "skeleton":
+            self.floor.enter_context(skeleton(**self.providers, servers=self.settings["servers"]))
 
     def off(self) -> None:
         for instrumentor in (self.plugin, self.peer):
@@ -136,7 +144,7 @@ async def _run(quick: bool) -> Section:
         processor.shutdown()
     section.notes.append(
         f"{rounds} rounds; a round is one block of {per_block} calls per arm, the arms alternating "
-        f"(each after {SETTLE} uncounted calls), first the five arms with spans to "
+        f"(each after {SETTLE} uncounted calls), first the six arms with spans to "
         "BatchSpanProcessor(exporter that drops them), then plain, peer, plugin and both with "
         "BatchSpanProcessor(RedactingSpanExporter(that exporter)); "
         f"after {warmup} warm-up calls per arm; "
@@ -264,7 +272,7 @@ def _report(
     added = added_cpu_us(cpu)
     section.add("plain p50 / p99; CPU per call", f"{p50:.3f} / {p99:.3f} ms; {median(cpu['plain']):.0f} us")
     names = {"peer": "peer (httpx2 instrumentor)", "plugin": "plugin", "both": "plugin + peer"}
-    for arm, name in {**names, "floor": "floor"}.items():
+    for arm, name in {**names, "floor": "floor", "skeleton": "skeleton"}.items():
         arm50, arm99 = percentile(pooled[arm], 50), percentile(pooled[arm], 99)
         block_ratios = sorted(
             percentile(i, 50) / percentile(p, 50) for p, i in zip(arms["plain"], arms[arm], strict=True)
@@ -294,6 +302,12 @@ def _report(
         section.add(
             f"(plugin + peer)-added / peer-added CPU per call{suffix}, median over rounds",
             spread(round_ratios(cpu, "both", "peer", suffix)),
+        )
+    # The least an implementation of the contract could cost, read against the same goal.
+    for arm in ("floor", "skeleton"):
+        section.add(
+            f"{arm}-added / peer-added CPU per call, median over rounds",
+            spread(round_ratios(cpu, arm, "peer")),
         )
     _report_warm_floor(section, warm, p50)
 

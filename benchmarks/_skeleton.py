@@ -1,0 +1,218 @@
+"""The skeleton: the least Python any implementation of the contract runs on a clean tool call.
+
+What the floor (benchmarks/_floor.py) leaves out, the skeleton adds, and only that: the seams
+where a call and its round begin (`Client.call_tool`, `ClientSession.call_tool`), the HTTP seam
+that reads the request id from the POST's body, looks up its URL's declaration (the record's policy
+and endpoint) and sends the attempt under its span (made current, the HTTP client's span's parent),
+the count of the request reaching the connection (a request never sent has effect none), the answer
+to that id found in the response (its JSON body read, or its event stream watched: a 200 is not the
+answer), the attempt ended as its answer comes, and the record, its values from outside checked.
+It is an optimistic lower bound, never a plugin: no law, no declarations, no budget, no
+repeat guard, no redirects, no auth re-sends, no failure of any kind handled, no legacy SSE, and a
+parser that trusts the stream. Whatever an implementation of the contract costs beyond the floor,
+it costs at least what this does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from operator import itemgetter
+from typing import Any
+
+import httpx2
+import wrapt  # type: ignore[import-untyped]
+from mcp.client.client import Client
+from mcp.client.session import ClientSession
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Span, SpanKind, TracerProvider
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.answers import json_message
+from otel_mcp_replay.runtime import Instruments
+
+Wrapped = Callable[..., Awaitable[Any]]
+
+
+class _Round:
+    """One round's request: its id, its one attempt, what is known of it."""
+
+    __slots__ = ("attempt", "endpoint", "policy", "request_id", "span", "status", "wire")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span  # the call's
+        self.request_id: object = None
+        self.policy = self.endpoint = ""  # its URL's declaration's
+        self.attempt: Span | None = None
+        self.status = 0
+        self.wire = 0
+
+
+class _Watch(httpx2.AsyncByteStream):
+    """The response's event stream passed through; the answer to the round's id ends the attempt."""
+
+    def __init__(self, inner: Any, ended: Callable[[], None], request_id: object) -> None:
+        self.inner, self.ended, self.request_id = inner, ended, request_id
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            for line in chunk.splitlines():
+                if line.startswith(b"data:"):
+                    message = json_message(line[5:].lstrip())
+                    if type(message) is dict and message.get("id") == self.request_id and "result" in message:
+                        self.ended()
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@contextmanager
+def skeleton(
+    tracer_provider: TracerProvider, meter_provider: MeterProvider, servers: dict[str, dict[str, Any]]
+) -> Iterator[None]:
+    """The skeleton's seams, while the block runs. `servers`: the declarations by URL (the plugin's
+    `servers`); the record's policy and endpoint are the declaration's of the URL a POST goes to."""
+    declarations = {url: (server["policy"], server["label"]) for url, server in servers.items()}
+    tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
+    instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
+    current: contextvars.ContextVar[_Round | None] = contextvars.ContextVar("skeleton_round", default=None)
+    # The app's call in progress: its rounds tell it their policy, which its count is by.
+    app: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("skeleton_app", default=None)
+
+    async def app_call(
+        wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        name = args[0] if args else kwargs["name"]
+        span = tracer.start_span(
+            f"{t.CALL_SPAN_PREFIX} {name}",
+            kind=SpanKind.INTERNAL,
+            attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: name},
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        policy = [""]
+        app_token = app.set(policy)
+        try:
+            result = await wrapped(*args, **kwargs)
+        finally:
+            app.reset(app_token)
+            otel_context.detach(token)
+        instruments.calls.add(1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: policy[0]})
+        span.end()
+        return result
+
+    async def round_call(
+        wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        name = args[0] if args else kwargs["name"]
+        call = _Round(trace.get_current_span())
+        token = current.set(call)
+        try:
+            result = await wrapped(*args, **kwargs)
+        finally:
+            current.reset(token)
+        outer = app.get()
+        if outer is not None:
+            outer[0] = call.policy
+        request_id = str(call.request_id)
+        if not (name.isprintable() and request_id.isprintable() and 100 <= call.status <= 999):
+            raise ValueError("record refused")
+        call.span.add_event(
+            t.RECORD_EVENT,
+            {
+                t.POLICY: call.policy,
+                t.SENT: 1,
+                t.EFFECT: "applied",
+                t.VERDICT: "completed",
+                t.MAY_HAVE_RUN: False,
+                t.ENDPOINT: call.endpoint,
+                t.OMITTED: 0,
+                t.GEN_AI_TOOL_NAME: name,
+                t.JSONRPC_REQUEST_ID: request_id,
+                t.ROUND: 1,
+                t.ATTEMPTS_STATUS: (call.status,),
+                t.ATTEMPTS_FAILURE: ("",),
+                t.ATTEMPTS_EFFECT: ("applied",),
+                t.ATTEMPTS_PERMISSION: ("first",),
+                t.ATTEMPTS_WAIT_MS: (0,),
+            },
+        )
+        return result
+
+    def send(
+        wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Awaitable[Any]:
+        call = current.get()
+        if call is None:
+            return wrapped(*args, **kwargs)
+        request = args[0] if args else kwargs["request"]
+        body = json_message(request.content)
+        if type(body) is not dict or body.get("method") != t.TOOLS_CALL_METHOD:
+            return wrapped(*args, **kwargs)
+        call.policy, call.endpoint = declarations[str(request.url)]
+        return attempt(call, body, wrapped(*args, **kwargs))
+
+    async def attempt(call: _Round, body: dict[str, Any], sending: Awaitable[Any]) -> Any:
+        call.request_id = request_id = body["id"]
+        name = body["params"]["name"]
+        call.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: call.policy})
+        span = call.attempt = tracer.start_span(
+            f"{t.ATTEMPT_SPAN_PREFIX} {name}",
+            trace.set_span_in_context(call.span),
+            SpanKind.INTERNAL,
+            {
+                t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+                t.GEN_AI_TOOL_NAME: name,
+                t.JSONRPC_REQUEST_ID: str(request_id),
+                t.ATTEMPT: 1,
+            },
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            response = await sending
+        finally:
+            otel_context.detach(token)
+        call.status = status = response.status_code
+
+        def ended() -> None:
+            span.set_attributes({t.EFFECT: "applied", t.HTTP_STATUS_CODE: status})
+            span.end()
+            instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
+
+        raw = response.headers.raw  # read as the plugin reads it: names lowered in C, no decoding
+        content_type = dict(
+            zip(map(bytes.lower, map(itemgetter(0), raw)), map(itemgetter(1), raw), strict=True)
+        ).get(b"content-type", b"")
+        if content_type.startswith(b"application/json"):
+            message = json_message(await response.aread())
+            if type(message) is dict and message.get("id") == request_id and "result" in message:
+                ended()
+        elif content_type.startswith(b"text/event-stream"):
+            response.stream = _Watch(response.stream, ended, request_id)
+        return response
+
+    def reached_connection(
+        wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Awaitable[Any]:
+        call = current.get()
+        if call is not None and call.attempt is not None:
+            call.wire += 1
+        return wrapped(*args, **kwargs)
+
+    seams = (
+        (Client, "call_tool", app_call),
+        (ClientSession, "call_tool", round_call),
+        (httpx2.AsyncClient, "send", send),
+        (httpx2.AsyncClient, "_send_single_request", reached_connection),
+    )
+    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in seams]
+    for owner, name, wrapper in seams:
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
