@@ -199,7 +199,7 @@ def skeleton(
     ) -> Awaitable[Any]:
         call = current.get()
         if call is not None and call.attempt is not None:
-            call.wire += 1
+            call.wire += 1  # read only when an attempt fails (sent or not), which here none does
         return wrapped(*args, **kwargs)
 
     seams = (

@@ -9,9 +9,9 @@ not counted, with the tracing and metrics SDKs live. The figures: each arm's opc
 the peer and the plugin add over plain, their ratio (issue 23's goal: the plugin at most 0.75 of the
 peer), the same ratio for the floor and the skeleton (the least an implementation of the contract
 could add, benchmarks/overhead.py), and the plugin's own opcodes (those executed in frames of
-otel_mcp_replay's modules). Then the same arms
-with redaction in the export path (`SimpleSpanProcessor(RedactingSpanExporter(exporter))`: every
-span of the process redacted in the calling thread, so its opcodes are counted as well).
+otel_mcp_replay's modules). Then the same arms with redaction in the export path
+(`SimpleSpanProcessor(RedactingSpanExporter(exporter))`: every span of the process redacted in the
+calling thread, so its opcodes are counted as well).
 
 C work (sockets, pydantic-core's validation, JSON scanning, the SDK's C helpers) is not in these
 counts: benchmark 1 weighs the CPU.
