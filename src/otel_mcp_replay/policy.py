@@ -176,7 +176,7 @@ class ReplayPolicy(NamedTuple):
     def after(self, outcome: Outcome, rng: random.Random) -> tuple[Wait | Declined | None, ReplayPolicy]:
         """The decision after the attempt that came to `outcome` (None: it did not fail, nothing to
         repeat), and the policy for the next attempt. Writes nothing: the endpoint's bucket, read
-        here, was charged for this attempt by the loop (`RetryBudget.charge`) before it asked."""
+        here, was charged for this attempt by the loop (`RetryBudgets.charge`) before it asked."""
         if outcome.failure is None:  # it did not fail (or was never sent): nothing to repeat
             return None, self
         decision = (

@@ -223,7 +223,7 @@ async def _protocol_series(
     a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
     always was."""
     origin = rt.origin(url)  # whose bucket its attempts are charged to
-    policy = _policy(rt, declaration, target, origin)
+    policy: ReplayPolicy | None = None  # made at the first failure, as a tool series' is
     latest: Any = None
     while True:
         if latest is not None:
@@ -231,6 +231,10 @@ async def _protocol_series(
         latest = await exchange_once()
         outcome = await _protocol_outcome(declaration, latest)
         rt.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
+        if outcome.failure is None:
+            return latest  # nothing to decide
+        if policy is None:
+            policy = _policy(rt, declaration, target, origin)
         decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
