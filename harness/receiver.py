@@ -386,7 +386,7 @@ def _decompress(wire: bytes, encoding: str) -> bytes:
 
 
 def _is_attempt(span: SpanDict) -> bool:
-    return span["name"].startswith(t.ATTEMPT_SPAN_PREFIX) or t.ATTEMPT in span["attributes"]
+    return t.ATTEMPT in span["attributes"]
 
 
 def _word(value: Any) -> str:

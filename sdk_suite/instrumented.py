@@ -142,7 +142,7 @@ def _findings(spans: list[ReadableSpan]) -> dict[str, Any]:
     found.update(unknown_completed=[], no_record=[], logged=logged)
     attempts: dict[int, list[dict[str, Any]]] = {}  # the attempt spans under each call span
     for span in spans:
-        if span.name.startswith(t.ATTEMPT_SPAN_PREFIX + " ") and span.parent is not None:
+        if t.ATTEMPT in (span.attributes or {}) and span.parent is not None:
             a = span.attributes or {}
             attempts.setdefault(span.parent.span_id, []).append(
                 {

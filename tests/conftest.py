@@ -137,10 +137,18 @@ def records(telemetry: Telemetry) -> list[dict[str, Any]]:
 def attempt_spans(telemetry: Telemetry, request_id: str | None = None) -> list[ReadableSpan]:
     from otel_mcp_replay import telemetry as t
 
-    spans = [s for s in telemetry.spans() if s.name.startswith(t.ATTEMPT_SPAN_PREFIX)]
+    spans = [s for s in telemetry.spans() if is_attempt(s)]
     if request_id is not None:
         spans = [s for s in spans if (s.attributes or {}).get(t.JSONRPC_REQUEST_ID) == request_id]
     return sorted(spans, key=lambda s: (s.attributes or {}).get(t.ATTEMPT, 0))
+
+
+def is_attempt(span: ReadableSpan) -> bool:
+    """An attempt span: the plugin's HTTP client span of one POST of a tool call."""
+    from otel_mcp_replay import telemetry as t
+
+    scope = span.instrumentation_scope
+    return scope is not None and scope.name == t.INSTRUMENTATION_NAME and t.ATTEMPT in (span.attributes or {})
 
 
 def the_record(telemetry: Telemetry) -> dict[str, Any]:

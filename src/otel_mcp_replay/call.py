@@ -13,10 +13,12 @@ Nothing here reads a value of the call: no arguments, no result, no key, no URL 
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import hmac
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import anyio
 from opentelemetry import trace
@@ -24,8 +26,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.answers import answer_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
+from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT, SpanEndpoint
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
@@ -35,7 +38,7 @@ from otel_mcp_replay.law import (
     Permission,
     classify,
 )
-from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.lines import LINE, http_instrumented
 from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, DeclinedReason, Effect
@@ -50,6 +53,16 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 UNKNOWN_REQUEST_ID: Final = "unknown"
 
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
+
+
+class Route(NamedTuple):
+    """What the HTTP seam read of where a call's request goes, for the spans and metrics: the
+    endpoint (None: a URL no origin spells), the protocol version and the raw session id (legacy
+    era; hashed before any span holds it)."""
+
+    endpoint: SpanEndpoint | None
+    protocol_version: str | None = None
+    session_id: str | None = None
 
 
 # What a series' effect becomes after one more attempt's: uncertainty survives (once any attempt
@@ -86,6 +99,8 @@ class Attempt:
     wire = 0  # times its request was handed to the connection (patches/http_send.py)
     last_hop = 0  # the status of the latest response to it there (0: none yet)
     stream_cut = False  # its answer's stream was cut, not ended
+    http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
+    error_type: str | None = None  # the type of the error it got no response with
 
     def __init__(self, call: ToolCall, permission: Permission | None, span: Span) -> None:
         self.call = call
@@ -126,12 +141,18 @@ class Attempt:
         self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
         call.attempt = self
 
-    def exchanged(self, outcome: Outcome, error: BaseException | None = None) -> None:
+    def exchanged(
+        self, outcome: Outcome, error: BaseException | None = None, http_version: str | None = None
+    ) -> None:
         """SENDING -> EXCHANGED: the HTTP exchange ended (before any wait)."""
         if self.state != "sending":
             return  # cut short already: what it does now is not this call's record
         self.state, self.outcome, self.ended_ns = "exchanged", outcome, time.time_ns()
         call = self.call
+        if http_version is not None:
+            self.http_version = call.http_version = http_version
+        if error is not None and outcome.status == 0:
+            self.error_type = type_name(error)
         if outcome.effect != "none":
             call.sent_one()
         if outcome.status == 0 and outcome.failure == "network" and outcome.effect != "none":
@@ -198,17 +219,29 @@ class Attempt:
             call.attempt = None
         call.effect = series_effect(call.effect, outcome.effect)
         attributes: dict[str, str | int] = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
-        if outcome.status:
-            attributes[t.HTTP_STATUS_CODE] = outcome.status
+        status = outcome.status
+        if status:
+            attributes[t.HTTP_STATUS_CODE] = status
+        if self.http_version is not None:
+            attributes[t.NETWORK_PROTOCOL_VERSION] = self.http_version
+        # The HTTP conventions' error.type: the status from 400, else the type of the error that
+        # left it without a response.
+        error_type = str(status) if status >= 400 else self.error_type
+        if error_type is not None:
+            attributes[t.ERROR_TYPE] = error_type
         if outcome.failure is not None:
             attributes[t.FAILURE] = outcome.failure
             self.span.set_status(Status(StatusCode.ERROR))
+        if outcome.answered and outcome.failure == "error":
+            call.error_answered = True  # the server answered it with a JSON-RPC error
         if self.declined is not None:
             attributes[t.DECLINED] = self.declined
         if self.repeated:
             attributes[t.WAIT_MS] = self.wait_ms
         self.span.set_attributes(attributes)
         self.span.end(end_time=self.ended_ns or None)
+        if call.route is not None and http_instrumented():
+            self._http_duration(error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by
         call.rows.append(AttemptRow(outcome.status, outcome.failure or "", outcome.effect, by, self.wait_ms))
@@ -223,6 +256,28 @@ class Attempt:
         instruments.attempts.add(1, metric)
         if self.repeated:
             instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: call.tool})
+
+    def _http_duration(self, error_type: str | None) -> None:
+        """The HTTP conventions' request duration for this attempt's POST, which the HTTP client
+        instrumentation, suppressed under the attempt's span, no longer records itself."""
+        call = self.call
+        started = getattr(self.span, "start_time", None)  # the SDK's span: the POST began there
+        if call.route is None or call.route.endpoint is None or not started or not self.ended_ns:
+            return
+        endpoint = call.route.endpoint
+        metric: dict[str, str | int] = {
+            t.HTTP_REQUEST_METHOD: "POST",
+            t.SERVER_ADDRESS: endpoint.address,
+            t.SERVER_PORT: endpoint.port,
+            t.URL_SCHEME: endpoint.scheme,
+        }
+        if self.outcome.status:
+            metric[t.HTTP_STATUS_CODE] = self.outcome.status
+        if self.http_version is not None:
+            metric[t.NETWORK_PROTOCOL_VERSION] = self.http_version
+        if error_type is not None:
+            metric[t.ERROR_TYPE] = error_type
+        call.runtime.instruments.http_duration.record(max(self.ended_ns - started, 0) / 1e9, metric)
 
 
 class ToolCall:
@@ -260,6 +315,12 @@ class ToolCall:
     unanswered = False  # an attempt got no response at all (a received refusal is never this)
     delivered: int | None = None  # the status of the response the SDK was handed
     answer_came = False  # the JSON-RPC response to its id arrived
+    error_answered = False  # ... and it was a JSON-RPC error (its code, the SDK's error's, is the server's)
+    refusal: Any = None  # the error status response the SDK was handed (its body may be a JSON-RPC error)
+    route: Route | None = None  # where its request went, once the HTTP seam saw it
+    http_version: str | None = None  # of the latest response
+    server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
+    may_have_run = False  # it failed as "may have run" (UnknownEffectError)
 
     def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
         self.runtime = runtime
@@ -269,6 +330,7 @@ class ToolCall:
         if CONFIRMED.get():
             self.repeat_confirmed = True
         if app_call is None:
+            self.started_ns = time.perf_counter_ns()
             self.span = _call_span(runtime, tool)
             self.context: Context = trace.set_span_in_context(self.span)
         else:  # a round of the app's call: its span, its next round number
@@ -276,12 +338,28 @@ class ToolCall:
             self.round, self.span, self.context = app_call.next_round()
         self.rows: list[AttemptRow] = []
 
-    def bind(self, request_id: object, declaration: Declaration, endpoint: str) -> None:
-        """The HTTP seam saw this call's request leave, under `declaration`."""
+    def bind(self, request_id: object, declaration: Declaration, endpoint: str, route: Route) -> None:
+        """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
+        self.route = route
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
-        self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: declaration.policy})
+        if self.app_call is not None:
+            self.app_call.route = route
+        attributes: dict[str, str | int] = {
+            t.JSONRPC_REQUEST_ID: str(request_id),
+            t.POLICY: declaration.policy,
+            t.NETWORK_TRANSPORT: t.TCP,
+            t.NETWORK_PROTOCOL_NAME: t.HTTP,
+        }
+        if route.endpoint is not None:
+            attributes[t.SERVER_ADDRESS] = route.endpoint.address
+            attributes[t.SERVER_PORT] = route.endpoint.port
+        if route.protocol_version is not None:
+            attributes[t.MCP_PROTOCOL_VERSION] = route.protocol_version
+        if route.session_id is not None:
+            attributes[t.MCP_SESSION_ID] = hashed_session_id(self.runtime.session_key, route.session_id)
+        self.span.set_attributes(attributes)
 
     # -- the request's facts --
 
@@ -297,6 +375,10 @@ class ToolCall:
         """The series handed the MCP SDK a response with this status. The first word stands."""
         if self.delivered is None:
             self.delivered = status
+
+    def refused_with(self, response: Any) -> None:
+        """The series hands the SDK this error status response (its body is read as the call ends)."""
+        self.refusal = response
 
     def answer_arrived(self) -> None:
         """The answer watcher: the JSON-RPC response to this request's id arrived."""
@@ -332,15 +414,23 @@ class ToolCall:
         return self.attempt
 
     def _attempt_span(self, permission: Permission | None) -> Span:
-        """The span of the call's next attempt, begun now."""
+        """The span of the call's next attempt, begun now: the HTTP client span of its POST."""
         self.attempts += 1
+        if self.route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
+            return trace.INVALID_SPAN
         number = self.attempts  # a redirect's follow-up continues the numbering
         attributes: dict[str, str | int] = {
+            t.HTTP_REQUEST_METHOD: "POST",
             t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
             t.GEN_AI_TOOL_NAME: self.tool,
             t.JSONRPC_REQUEST_ID: str(self.request_id),
             t.ATTEMPT: number,
         }
+        endpoint = self.route.endpoint if self.route is not None else None
+        if endpoint is not None:
+            attributes[t.URL_FULL] = endpoint.url_full
+            attributes[t.SERVER_ADDRESS] = endpoint.address
+            attributes[t.SERVER_PORT] = endpoint.port
         if number > 1:
             attributes[t.HTTP_RESEND_COUNT] = number - 1
         if permission is not None:
@@ -348,8 +438,7 @@ class ToolCall:
             attributes[t.PERMISSION_ON] = permission.on
             if permission.assumes is not None:
                 attributes[t.PERMISSION_ASSUMES] = permission.assumes
-        name = f"{t.ATTEMPT_SPAN_PREFIX} {self.tool}"
-        return self.runtime.tracer.start_span(name, self.context, SpanKind.INTERNAL, attributes)
+        return self.runtime.tracer.start_span(t.ATTEMPT_SPAN_NAME, self.context, SpanKind.CLIENT, attributes)
 
     def answered(self, kind: Answer) -> None:
         """The answer to this call's request was seen on the connection's own stream (SSE)."""
@@ -436,7 +525,7 @@ class ToolCall:
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict)
         else:
-            self.span.end()
+            self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
     def settled(self, verdict: CallVerdict) -> None:
         """Its result came (`verdict` says how the call ended): file it; the repeat guard forgets it."""
@@ -469,13 +558,54 @@ class ToolCall:
             if self.fingerprint is not None and guard is not None and self.effect == "unknown":
                 guard.remember(self.fingerprint)
                 self.guard_armed = True
+        self.server_code = self._server_code(exc) if seen is None else None
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
             self.app_call.round_ended(self, "failed")
         else:
-            _failed_span(self.span, seen or exc)
+            self._end("failed", error_type(seen or exc, self.server_code))
         return seen
 
+    def _server_code(self, exc: BaseException) -> int | None:
+        """The JSON-RPC error code of the SDK's `exc` when the server answered this call with that
+        error (on its 2xx stream, or in an error status's body the SDK read), else None: the SDK's
+        own errors (a timeout, a closed connection, a status's stand-in) are no server's code."""
+        code = getattr(getattr(exc, "error", None), "code", None)
+        if type(code) is not int or not isinstance(exc, LINE.error_base()):
+            return None
+        if self.error_answered:
+            return code
+        refusal = self.refusal
+        try:
+            body = refusal.content if refusal is not None else None
+        except Exception:  # not read by the SDK: no answer it could have raised
+            return None
+        found = answer_of(body) if body else None
+        return code if found is not None and found[1] == "error" else None
+
+    def _end(self, verdict: CallVerdict, failure_type: str | None) -> None:
+        """The call (not a round of an app's call) ends: its outcome on its span, which ends."""
+        declaration = self.declaration or COMPATIBILITY
+        outcome: dict[str, str | int | bool] = {
+            t.SENT: self.sent,
+            t.EFFECT: self.effect,
+            t.VERDICT: verdict,
+            t.MAY_HAVE_RUN: self.may_have_run,
+            t.POLICY: declaration.policy,
+        }
+        end_call_span(
+            self.runtime,
+            self.span,
+            self.tool,
+            self.started_ns,
+            self.route,
+            outcome,
+            failure_type,
+            self.server_code,
+            self.http_version,
+        )
+
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        self.may_have_run = may_have_run
         try:
             self._file_record(verdict, may_have_run)
         except Exception:  # the record must never break the caller's call
@@ -505,9 +635,9 @@ class ToolCall:
         else:
             self.runtime.vouches.file(self.span, record)
         if self.app_call is None:  # a round is counted with its app's call, once (AppCall.ended)
-            self.runtime.instruments.calls.add(
-                1, {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
-            )
+            metric: dict[str, str] = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
+            metric[t.GEN_AI_TOOL_NAME] = self.tool
+            self.runtime.instruments.calls.add(1, metric)
 
     def _without_http(self, verdict: CallVerdict) -> None:
         """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
@@ -526,7 +656,13 @@ class ToolCall:
         if self.request_id is None:
             self.request_id = UNKNOWN_REQUEST_ID
         self.endpoint = LOCAL_ENDPOINT
-        self.span.set_attributes({t.JSONRPC_REQUEST_ID: str(self.request_id), t.POLICY: COMPATIBILITY.policy})
+        self.span.set_attributes(
+            {
+                t.JSONRPC_REQUEST_ID: str(self.request_id),
+                t.POLICY: COMPATIBILITY.policy,
+                t.NETWORK_TRANSPORT: t.PIPE,
+            }
+        )
         self.opened(None)
         assert self.attempt is not None
         applied = verdict != "failed"
@@ -548,6 +684,8 @@ class AppCall:
     effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
     mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
     unfiled: ToolCall | None = None  # the latest round, a claimed result the client finishes
+    route: Route | None = None  # where its rounds' requests went (the latest's)
+    sent = 0  # requests sent over all its rounds
 
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
         self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
@@ -565,6 +703,7 @@ class AppCall:
 
     def next_round(self) -> tuple[int, Span, Context]:
         if self.span is None:
+            self.started_ns = time.perf_counter_ns()
             self.span = _call_span(self.runtime, self.tool)
             self.context = trace.set_span_in_context(self.span)
         assert self.context is not None
@@ -575,6 +714,7 @@ class AppCall:
         self.last = (call, verdict)
         self.unfiled = None if filed else call
         self.effect = series_effect(self.effect, call.effect)
+        self.sent += call.sent
 
     def ended(self, error: BaseException | None, result: object = None) -> None:
         """The app's call returned `result` (`error` None) or raised `error`: end its span, count it
@@ -596,27 +736,102 @@ class AppCall:
         unfiled, self.unfiled = self.unfiled, None
         if unfiled is not None:
             unfiled.settled(verdict)
-        if error is not None:
-            _failed_span(span, error)
-        else:
-            span.end()
         policy = (call.declaration or COMPATIBILITY).policy
-        self.runtime.instruments.calls.add(1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy})
+        outcome: dict[str, str | int | bool] = {
+            t.SENT: self.sent,
+            t.EFFECT: self.effect,
+            t.VERDICT: verdict,
+            t.MAY_HAVE_RUN: call.may_have_run and error is not None,
+            t.POLICY: policy,
+        }
+        code = call.server_code if error is not None else None
+        if error is not None:
+            failure_type: str | None = error_type(error, code)
+        else:
+            failure_type = t.TOOL_ERROR if verdict == "tool-error" else None
+        end_call_span(
+            self.runtime,
+            span,
+            self.tool,
+            self.started_ns,
+            self.route,
+            outcome,
+            failure_type,
+            code,
+            call.http_version,
+        )
+        self.runtime.instruments.calls.add(
+            1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
+        )
 
 
 def _call_span(runtime: Runtime, tool: str) -> Span:
+    """The MCP conventions' client span of one tool call (it stands in for the SDK's own)."""
     return runtime.tracer.start_span(
         f"{t.CALL_SPAN_PREFIX} {tool}",
-        kind=SpanKind.INTERNAL,
-        attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool},
+        kind=SpanKind.CLIENT,
+        attributes={
+            t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+            t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL,
+            t.GEN_AI_TOOL_NAME: tool,
+        },
     )
 
 
-def _failed_span(span: Span, error: BaseException) -> None:
-    # The type only: an error's message may quote what the server echoed of the call.
-    span.set_attribute(t.ERROR_TYPE, type(error).__qualname__)
-    span.set_status(Status(StatusCode.ERROR))
+def end_call_span(
+    runtime: Runtime,
+    span: Span,
+    tool: str,
+    started_ns: int,
+    route: Route | None,
+    outcome: dict[str, str | int | bool],
+    failure_type: str | None,
+    code: int | None,
+    http_version: str | None,
+) -> None:
+    """A call's span ends with its outcome (the record's words, as span attributes a backend can
+    query), and its duration is recorded as the MCP conventions' client operation duration."""
+    if failure_type is not None:
+        outcome[t.ERROR_TYPE] = failure_type
+        if code is not None:
+            outcome[t.RPC_RESPONSE_STATUS_CODE] = str(code)
+        span.set_status(Status(StatusCode.ERROR))  # never a description: it could quote the server
+    if http_version is not None:
+        outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
+    span.set_attributes(outcome)
     span.end()
+    metric: dict[str, str | int] = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool}
+    if failure_type is not None:
+        metric[t.ERROR_TYPE] = failure_type
+    if route is None:
+        metric[t.NETWORK_TRANSPORT] = t.PIPE
+    else:
+        metric[t.NETWORK_TRANSPORT] = t.TCP
+        if route.protocol_version is not None:
+            metric[t.MCP_PROTOCOL_VERSION] = route.protocol_version
+        if route.endpoint is not None:
+            metric[t.SERVER_ADDRESS] = route.endpoint.address
+            metric[t.SERVER_PORT] = route.endpoint.port
+    runtime.instruments.operation_duration.record((time.perf_counter_ns() - started_ns) / 1e9, metric)
+
+
+def error_type(error: BaseException, code: int | None = None) -> str:
+    """A failed call's error.type: the server's JSON-RPC code, else the error's full type name."""
+    return str(code) if code is not None else type_name(error)
+
+
+def type_name(error: BaseException) -> str:
+    """The fully qualified name of an error's type (a builtin's bare): never its message, which may
+    quote what the server echoed of the call."""
+    kind = type(error)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def hashed_session_id(key: bytes, session_id: str) -> str:
+    """A session id as a span may hold it: a keyed hash, never the id (it authorises the session)."""
+    digest = hmac.new(key, session_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    return "h:" + digest[:16]
 
 
 def _claimed(result: object) -> bool:

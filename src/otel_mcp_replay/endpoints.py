@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, declaration_of, type_error, value_error
@@ -73,6 +73,32 @@ def origin_of(url: object) -> str:
     endpoint = _endpoint_of(url) if isinstance(url, str) else None
     return UNKNOWN_ENDPOINT if endpoint is None else endpoint[0]
 
+
+class SpanEndpoint(NamedTuple):
+    """Where a request went, as the HTTP and MCP conventions' span attributes say it: host, port,
+    scheme, and `url.full` with its path and query REDACTED (they may carry credentials: a path
+    secret, a session id) and no userinfo."""
+
+    address: str
+    port: int
+    scheme: str
+    url_full: str
+
+
+def span_endpoint_of(url: object) -> SpanEndpoint | None:
+    """The span endpoint of an http(s) URL, or None; never raises (read as origin_of reads)."""
+    endpoint = _endpoint_of(url) if isinstance(url, str) else None
+    if endpoint is None:
+        return None
+    origin, path = endpoint
+    scheme, _, authority = origin.partition("://")
+    host, _, port = authority.rpartition(":")
+    query = "?" in url.partition("#")[0] if isinstance(url, str) else False
+    url_full = origin + ("/" + URL_REDACTED if path else "/") + ("?" + URL_REDACTED if query else "")
+    return SpanEndpoint(host.strip("[]"), int(port), scheme, url_full)
+
+
+URL_REDACTED: Final = "REDACTED"  # the word opentelemetry-util-http writes into URLs
 
 _DECLARATION_CACHE_SIZE: Final = 1024
 

@@ -106,3 +106,8 @@ def lost_answer() -> MCPError:
     """The SDK's own error for a 2xx response that ended without its JSON-RPC answer, as mcp 2.x
     raises it (mcp 1.x raises none: its call waits). Never a server's word."""
     return MCPError(*LINE.error_args(CONNECTION_CLOSED, "The response ended without the JSON-RPC answer"))
+
+
+# Their public names: what a span's error.type and a traceback say (`otel_mcp_replay.UnknownEffectError`).
+for _public in (UnknownEffectError, ReplayUnavailableError, RepeatRefusedError):
+    _public.__module__ = "otel_mcp_replay"

@@ -66,6 +66,8 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         seams.append(("mcp.client.client", "Client.call_tool", rounds))
         # A caller's cancel, told to the server: the call ends before the SDK waits on its transport.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
+        # The SDK's own client span of a tools/call the plugin owns: the call span stands in for it.
+        seams.append(("mcp.shared.jsonrpc_dispatcher", "otel_span", session.sdk_span))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
             (

@@ -9,6 +9,7 @@ langchain-mcp-adapters has httpx2 installed too.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -31,6 +32,9 @@ class Line:
     # The code of the error the SDK raises when its caller's read timeout (`read_timeout_seconds`)
     # passes: mcp_types.REQUEST_TIMEOUT on 2.x, httpx.codes.REQUEST_TIMEOUT on 1.x.
     request_timeout: int
+    # The contrib instrumentor of that HTTP client (opentelemetry-instrumentation-httpx): the one
+    # whose span an attempt's span stands in for.
+    http_instrumentor: str = "HTTPX2ClientInstrumentor"
 
     def error_base(self) -> type[Exception]:
         """The installed line's own error class: the plugin's errors subclass it."""
@@ -80,7 +84,18 @@ def installed() -> Line:
         synthetic_status=200,
         resolves_lost_answers=False,
         request_timeout=408,
+        http_instrumentor="HTTPXClientInstrumentor",
     )
 
 
 LINE = installed()
+
+_HTTP_INSTRUMENTATION = "opentelemetry.instrumentation.httpx"
+
+
+def http_instrumented() -> bool:
+    """Whether the installed line's HTTP client instrumentation is on (its instrumentor's singleton
+    says so; never imported here: an app that did not import it has none on)."""
+    module = sys.modules.get(_HTTP_INSTRUMENTATION)
+    instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
+    return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import weakref
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from opentelemetry.trace import Tracer
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.endpoints import NO_SERVERS, Servers, origin_of
+from otel_mcp_replay.endpoints import NO_SERVERS, Servers, SpanEndpoint, origin_of, span_endpoint_of
 from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches
@@ -42,6 +43,8 @@ class Instruments:
     calls: Counter
     records_refused: Counter
     guard_store_fallbacks: Counter
+    operation_duration: Histogram  # the MCP conventions' client operation duration, per tool call
+    http_duration: Histogram  # the HTTP conventions' request duration, for an attempt's POST
 
     @classmethod
     def on(cls, meter: Meter) -> Instruments:
@@ -50,7 +53,10 @@ class Instruments:
                 t.METRIC_ATTEMPTS, unit="{attempt}", description="HTTP attempts of MCP tool calls"
             ),
             wait=meter.create_histogram(
-                t.METRIC_WAIT, unit="s", description="Waits before a repeated MCP tool-call attempt"
+                t.METRIC_WAIT,
+                unit="s",
+                description="Waits before a repeated MCP tool-call attempt",
+                explicit_bucket_boundaries_advisory=list(t.WAIT_BUCKETS),
             ),
             calls=meter.create_counter(
                 t.METRIC_CALLS, unit="{call}", description="MCP tool calls, by verdict and effect"
@@ -64,6 +70,18 @@ class Instruments:
                 t.METRIC_GUARD_STORE_FALLBACKS,
                 unit="{operation}",
                 description="Repeat-guard store operations that fell back to the in-process guard",
+            ),
+            operation_duration=meter.create_histogram(
+                t.METRIC_OPERATION_DURATION,
+                unit="s",
+                description="The duration of the MCP request or notification as observed on the sender",
+                explicit_bucket_boundaries_advisory=list(t.OPERATION_DURATION_BUCKETS),
+            ),
+            http_duration=meter.create_histogram(
+                t.METRIC_HTTP_DURATION,
+                unit="s",
+                description="Duration of HTTP client requests.",
+                explicit_bucket_boundaries_advisory=list(t.HTTP_DURATION_BUCKETS),
             ),
         )
 
@@ -80,6 +98,12 @@ class Runtime:
     logger: logging.Logger = logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
+    # The same endpoint as the spans name it (host, port, scheme, url.full without path or query).
+    span_endpoint: Callable[[str], SpanEndpoint | None] = field(
+        default_factory=lambda: functools.lru_cache(maxsize=256)(span_endpoint_of)
+    )
+    # The key that hashes the session ids the call spans carry (never raw): one per process.
+    session_key: bytes = field(default_factory=lambda: os.urandom(32))
     # The repeat guard; None when its window is 0.
     guard: RepeatGuard | None = None
     # What each session's sent calls were declared under: a call given up before it was sent files

@@ -11,17 +11,40 @@ from typing import Final, Literal, get_args
 
 INSTRUMENTATION_NAME: Final = "otel_mcp_replay"
 
-# Span names.
-CALL_SPAN_PREFIX: Final = "tools/call"  # the call's span: "tools/call {tool}"
-ATTEMPT_SPAN_PREFIX: Final = "mcp.replay.attempt"  # one INTERNAL span per HTTP attempt
+# Span names: the MCP conventions' client span "{mcp.method.name} {target}", and the HTTP
+# conventions' client span "{method}" (the POST that carries one attempt).
+CALL_SPAN_PREFIX: Final = "tools/call"  # the call's CLIENT span: "tools/call {tool}"
+ATTEMPT_SPAN_NAME: Final = "POST"  # one CLIENT span per HTTP attempt: the HTTP client span of its POST
 
-# Attempt span attributes.
+# The conventions' keys (MCP, GenAI, JSON-RPC, HTTP, network), on the call and attempt spans.
 MCP_METHOD_NAME: Final = "mcp.method.name"
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"
-ATTEMPT: Final = "mcp.replay.attempt"
+MCP_PROTOCOL_VERSION: Final = "mcp.protocol.version"
+RPC_RESPONSE_STATUS_CODE: Final = "rpc.response.status_code"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+NETWORK_TRANSPORT: Final = "network.transport"
+NETWORK_PROTOCOL_NAME: Final = "network.protocol.name"
+NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
+HTTP_REQUEST_METHOD: Final = "http.request.method"
+URL_FULL: Final = "url.full"
+URL_SCHEME: Final = "url.scheme"
 HTTP_RESEND_COUNT: Final = "http.request.resend_count"
 HTTP_STATUS_CODE: Final = "http.response.status_code"
+EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name of a tool call
+TOOL_ERROR: Final = "tool_error"  # error.type of a call whose result has isError
+TCP: Final = "tcp"
+PIPE: Final = "pipe"  # network.transport of a call over stdio
+HTTP: Final = "http"
+
+# The session id is hashed, never raw (legacy-era sessions only: the conventions keep it off
+# 2026-07-28 calls).
+MCP_SESSION_ID: Final = "mcp.session.id"
+
+# Attempt span attributes: the replay facts.
+ATTEMPT: Final = "mcp.replay.attempt"
 FAILURE: Final = "mcp.replay.failure"
 EFFECT: Final = "mcp.replay.effect"
 PERMISSION_BY: Final = "mcp.replay.permission.by"
@@ -30,7 +53,7 @@ PERMISSION_ASSUMES: Final = "mcp.replay.permission.assumes"
 DECLINED: Final = "mcp.replay.declined"
 WAIT_MS: Final = "mcp.replay.wait_ms"
 
-# The call span's failure: the exception's type only (its message may quote the server).
+# A span's failure: a JSON-RPC code, a status, `tool_error` or a type, never a message.
 ERROR_TYPE: Final = "error.type"
 
 # The call span carries the policy too (low cardinality, useful to filter in a backend).
@@ -75,12 +98,18 @@ RECORD_COLUMN_KEYS: Final = (
 RECORD_KEYS: Final = RECORD_SCALAR_KEYS + RECORD_COLUMN_KEYS
 
 ATTEMPT_SPAN_KEYS: Final = (
+    HTTP_REQUEST_METHOD,
+    URL_FULL,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    NETWORK_PROTOCOL_VERSION,
+    HTTP_STATUS_CODE,
+    HTTP_RESEND_COUNT,
+    ERROR_TYPE,
     MCP_METHOD_NAME,
     GEN_AI_TOOL_NAME,
     JSONRPC_REQUEST_ID,
     ATTEMPT,
-    HTTP_RESEND_COUNT,
-    HTTP_STATUS_CODE,
     FAILURE,
     EFFECT,
     PERMISSION_BY,
@@ -89,7 +118,27 @@ ATTEMPT_SPAN_KEYS: Final = (
     DECLINED,
     WAIT_MS,
 )
-CALL_SPAN_KEYS: Final = (MCP_METHOD_NAME, GEN_AI_TOOL_NAME, JSONRPC_REQUEST_ID, POLICY, ERROR_TYPE, DECLINED)
+CALL_SPAN_KEYS: Final = (
+    MCP_METHOD_NAME,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_TOOL_NAME,
+    JSONRPC_REQUEST_ID,
+    MCP_PROTOCOL_VERSION,
+    MCP_SESSION_ID,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    NETWORK_TRANSPORT,
+    NETWORK_PROTOCOL_NAME,
+    NETWORK_PROTOCOL_VERSION,
+    POLICY,
+    SENT,
+    EFFECT,
+    VERDICT,
+    MAY_HAVE_RUN,
+    DECLINED,
+    ERROR_TYPE,
+    RPC_RESPONSE_STATUS_CODE,
+)
 
 # The words each key may hold: each a type mypy checks at every use, and its tuple for run time.
 TOOLS_CALL_METHOD: Final = "tools/call"  # the method whose requests are tool calls
@@ -124,7 +173,20 @@ GUARD_STORE_FAILURES: Final[tuple[GuardStoreFailure, ...]] = get_args(GuardStore
 
 MAX_RECORD_ROWS: Final = 100
 
-# Metrics.
+# Metrics: the conventions' two durations, then the replay's own.
+METRIC_OPERATION_DURATION: Final = "mcp.client.operation.duration"
+METRIC_HTTP_DURATION: Final = "http.client.request.duration"  # for the POSTs whose span is an attempt's
+# The conventions' advisory buckets (seconds): MCP's for a call, HTTP's for a request.
+OPERATION_DURATION_BUCKETS: Final = (
+    *(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+    *(10.0, 30.0, 60.0, 120.0, 300.0),
+)
+HTTP_DURATION_BUCKETS: Final = (
+    *(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75),
+    *(1.0, 2.5, 5.0, 7.5, 10.0),
+)
+# A wait is at least the policy's first backoff: seconds-scale buckets from there to the cap.
+WAIT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 METRIC_ATTEMPTS: Final = "mcp.client.replay.attempts"
 METRIC_WAIT: Final = "mcp.client.replay.wait"
 METRIC_CALLS: Final = "mcp.client.replay.calls"
@@ -133,6 +195,3 @@ METRIC_GUARD_STORE_FALLBACKS: Final = "mcp.client.replay.guard.store.fallbacks"
 # Its attributes: which store operation fell back (GUARD_STORE_OPERATIONS), and why (GUARD_STORE_FAILURES).
 GUARD_STORE_OPERATION: Final = "mcp.replay.guard.store.operation"
 GUARD_STORE_FAILURE: Final = "mcp.replay.guard.store.failure"
-
-# The session id is hashed, never raw (redaction).
-MCP_SESSION_ID: Final = "mcp.session.id"

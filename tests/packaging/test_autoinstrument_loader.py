@@ -153,7 +153,7 @@ def run_agent(interpreter: Interpreter, server: ServerHandle, tmp_path: Path, **
         done=done,
         probe=json.loads(marker.read_text()) if marker.exists() else {},
         records=[e["attributes"] for s in spans for e in s["events"] if e["name"] == t.RECORD_EVENT],
-        attempts=[s["attributes"] for s in spans if s["name"].startswith(t.ATTEMPT_SPAN_PREFIX)],
+        attempts=[s["attributes"] for s in spans if t.ATTEMPT in s["attributes"]],
     )
 
 

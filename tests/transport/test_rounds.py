@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from conftest import Telemetry
+from conftest import Telemetry, is_attempt
 from harness.client import ERAS, is_error
 from harness.faults import DropAfterExecution, DropAtAnswer, Fault, FaultContext, Throttle
 from harness.sdk import LINE
@@ -87,7 +87,7 @@ def attempts_under(telemetry: Telemetry, span: Any) -> list[Any]:
     return [
         s
         for s in telemetry.spans()
-        if s.name.startswith(t.ATTEMPT_SPAN_PREFIX)
+        if is_attempt(s)
         and s.parent is not None
         and s.parent.span_id == span.context.span_id
     ]

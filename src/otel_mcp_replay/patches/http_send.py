@@ -21,15 +21,17 @@ from dataclasses import dataclass
 from operator import itemgetter
 from types import ModuleType
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
-from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
+from otel_mcp_replay.call import CURRENT_CALL, Attempt, Route, ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
@@ -304,7 +306,8 @@ async def _tool_series(
         target = target_of(body, declaration, from_json=True)  # its key, as that declaration names it
     origin = rt.origin(url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
     if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
-        call.bind(body["id"], declaration, sse.endpoint if sse is not None else declaration.label or origin)
+        endpoint = sse.endpoint if sse is not None else declaration.label or origin
+        call.bind(body["id"], declaration, endpoint, _route(rt, call, request, url, sse))
         if (
             streamable
             and sse is None
@@ -353,7 +356,8 @@ async def _tool_series(
             if policy is None and final.failure is not None:
                 policy = _policy(rt, declaration, target, origin)
             decision, policy = (None, None) if policy is None else policy.after(final, rt.rng)
-            attempt.exchanged(final, error)  # a no-op for a redirect the client follows
+            # A no-op for a redirect the client follows.
+            attempt.exchanged(final, error, None if response is None else _http_version(response))
             if not isinstance(decision, Wait):
                 attempt.decided(0, None if decision is None else decision.reason)
                 break
@@ -393,7 +397,36 @@ async def _tool_series(
     if response is None:
         assert error is not None  # an attempt without a response raised
         raise error
+    if response.status_code >= 400:
+        call.refused_with(response)  # its body, once the SDK read it, may be the server's JSON-RPC error
     return response
+
+
+def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
+    """Where the call's request goes, for its spans: the endpoint, the protocol version the session
+    negotiated (2.x says; else the header the transport sends it in), the legacy-era session id."""
+    version = getattr(call.session, "protocol_version", None)
+    session_id: str | None = None
+    for name, value in request.headers.raw:  # read once per call, never per attempt
+        lowered = name.lower()
+        if lowered == b"mcp-session-id":
+            session_id = value.decode("latin-1")
+        elif lowered == b"mcp-protocol-version" and type(version) is not str:
+            version = value.decode("latin-1")
+    if sse is not None and session_id is None:  # the legacy SSE transport's: in its message endpoint
+        session_id = next(iter(parse_qs(urlsplit(url).query).get("session_id", ())), None)
+    if version == "2026-07-28":
+        session_id = None  # the conventions: no session id for 2026-07-28 calls
+    return Route(rt.span_endpoint(url), version if type(version) is str else None, session_id)
+
+
+def _http_version(response: Any) -> str | None:
+    """network.protocol.version of a response: `HTTP/1.1` -> `1.1`, `HTTP/2` -> `2`."""
+    version = response.extensions.get("http_version")
+    if version is None:
+        return "1.1"  # what the client library itself reports without one
+    text = version.decode("ascii", "replace") if isinstance(version, bytes) else str(version)
+    return text.removeprefix("HTTP/")
 
 
 async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool) -> Exception | None:
@@ -425,8 +458,13 @@ async def _attempt(
     sse: SseStream | None,
     watch_body: bool,
 ) -> tuple[Outcome, Any, BaseException | None]:
-    """Send one attempt, under its span: what it came to (its outcome, its response, its error)."""
-    token = otel_context.attach(trace.set_span_in_context(attempt.span))  # the HTTP client's span's parent
+    """Send one attempt, under its span, the HTTP client span of its POST: its trace context goes in
+    the POST's headers, and the HTTP client instrumentation makes no second span for it (OpenTelemetry's
+    suppress-HTTP key, as the botocore instrumentation sets it under its client span)."""
+    context = trace.set_span_in_context(attempt.span)
+    context = otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, context)
+    propagate.inject(request.headers, context=context)
+    token = otel_context.attach(context)
     try:
         outcome, response, error = await _tool_exchange(
             http, exchange_once, request, attempt, declaration, watch_body=watch_body

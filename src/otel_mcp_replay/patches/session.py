@@ -15,17 +15,19 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import INVALID_SPAN
 
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
+from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TOOLS_CALL_METHOD
 
 # The app's `Client.call_tool` in progress in this context (mcp 2.x), while its rounds are sent.
 CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVar(
@@ -128,6 +130,30 @@ async def client_call_tool(
         CURRENT_APP_CALL.reset(token)
     app_call.ended(None, result)
     return result
+
+
+def sdk_span(
+    wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`otel_span` as mcp 2.x's dispatcher opens its client span for a request it sends: for the
+    tools/call of the call in progress, none is made. The call's span, current here, is that
+    call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
+    span's, and the server's span its child. Every other request keeps the SDK's own span."""
+    call = CURRENT_CALL.get()
+    if call is not None and call.request_id is None:
+        name = args[0] if args else kwargs.get("name")
+        attributes = kwargs.get("attributes")
+        if (
+            type(attributes) is dict
+            and attributes.get(MCP_METHOD_NAME) == TOOLS_CALL_METHOD
+            and name == f"{_SDK_SPAN_PREFIX}{call.tool}"
+        ):
+            return nullcontext(INVALID_SPAN)
+    return wrapped(*args, **kwargs)
+
+
+# The SDK's name for its client span of a tools/call (mcp/shared/jsonrpc_dispatcher.py).
+_SDK_SPAN_PREFIX = f"MCP send {TOOLS_CALL_METHOD} "
 
 
 def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
