@@ -308,7 +308,7 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
     (only,) = attempts(run, send_email)
     assert only[t.FAILURE] == "network" and only[t.DECLINED] == "changes-without-key"
     assert t.WAIT_MS not in only
-    assert send_email["attributes"][t.ERROR_TYPE] == "UnknownEffectError"
+    assert send_email["attributes"][t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError"
     assert send_email["status"]["code"] == "ERROR"
 
     # search on catalog (compatibility, names only network): the 429 repeated on an assumption.

@@ -87,9 +87,7 @@ def attempts_under(telemetry: Telemetry, span: Any) -> list[Any]:
     return [
         s
         for s in telemetry.spans()
-        if is_attempt(s)
-        and s.parent is not None
-        and s.parent.span_id == span.context.span_id
+        if is_attempt(s) and s.parent is not None and s.parent.span_id == span.context.span_id
     ]
 
 
@@ -98,11 +96,15 @@ def records_on(span: Any) -> list[dict[str, Any]]:
 
 
 def calls_metric(
-    telemetry: Telemetry, before: list[tuple[dict[str, Any], float]] = ()
+    telemetry: Telemetry, before: list[tuple[dict[str, Any], float]] = (), tool: str | None = TOOL
 ) -> list[tuple[dict[str, Any], float]]:
-    """The calls counted (cumulative), less those counted `before`."""
-    earlier = {repr(sorted(attributes.items())): value for attributes, value in before}
+    """The calls counted (cumulative), less those counted `before`. With `tool`, each is counted
+    with that tool's name (the app's call's, never a round's own), checked here and left out."""
     now = telemetry.metrics().get(t.METRIC_CALLS, [])
+    if tool is not None:
+        assert all(attributes.get(t.GEN_AI_TOOL_NAME) == tool for attributes, _ in now), now
+        now = [({k: v for k, v in a.items() if k != t.GEN_AI_TOOL_NAME}, value) for a, value in now]
+    earlier = {repr(sorted(attributes.items())): value for attributes, value in before}
     counted = [
         (attributes, value - earlier.get(repr(sorted(attributes.items())), 0.0)) for attributes, value in now
     ]
@@ -245,7 +247,7 @@ async def test_a_cut_in_the_last_round_fails_the_call_then_the_identical_call_is
     assert [r[t.ROUND] for r in found] == list(range(1, rounds_of(mode) + 1))
     final = found[-1]
     assert (final[t.VERDICT], final[t.EFFECT], final[t.MAY_HAVE_RUN]) == ("failed", "unknown", True)
-    assert cut.attributes[t.ERROR_TYPE] == "UnknownEffectError"
+    assert cut.attributes[t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError"
     (refused_record,) = records_on(again)
     assert (refused_record[t.ROUND], refused_record[t.SENT], refused_record[t.EFFECT]) == (1, 0, "none")
     assert again.attributes[t.DECLINED] == "repeat-of-unknown"
@@ -409,7 +411,7 @@ def story(
         )
     return {
         "calls": told,
-        "metric": sorted(calls_metric(telemetry, before), key=repr),
+        "metric": sorted(calls_metric(telemetry, before, tool=None), key=repr),
         "executions": {tool: server.counters.executions(tool) for tool in ("search", "send_email", TOOL)},
     }
 
@@ -427,7 +429,7 @@ async def test_the_same_app_code_tells_the_same_story_on_both_eras(
             telemetry.exporter.clear()
             declaration = {"policy": "app-authorized", "label": "parity", "tools": PARITY_TOOLS}
             instrument(servers={server.url: declaration})
-            before = calls_metric(telemetry)  # the previous era's calls are not this one's
+            before = calls_metric(telemetry, tool=None)  # the previous era's calls are not this one's
             outcomes[mode] = await the_app(server, mode)
             told[mode] = story(telemetry, server, before)
             rounds[mode] = [[r[t.ROUND] for r in records_on(s)] for s in call_spans(telemetry, TOOL)]

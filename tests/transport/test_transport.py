@@ -72,6 +72,8 @@ if LINE == 2:
         ("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify"),
         # the SDK's round driver (SEP-2322): its rounds are one call
         ("mcp.client.client", "Client.call_tool"),
+        # the SDK's own client span of a tools/call the plugin owns: the call span stands in for it
+        ("mcp.shared.jsonrpc_dispatcher", "otel_span"),
     ]
 else:  # the carrier (patches/carrier.py) takes each call to the task that POSTs it
     SEAMS += [
@@ -726,8 +728,10 @@ async def test_a_stdio_call_that_fails_is_recorded_as_one_attempt_that_may_have_
     assert record[t.ATTEMPTS_STATUS] == (0,)
     assert record[t.ATTEMPTS_FAILURE] == ("error",)
     assert record[t.ATTEMPTS_EFFECT] == ("unknown",) and record[t.EFFECT] == "unknown"
-    (span,) = attempt_spans(telemetry)
-    assert span.attributes is not None and span.attributes[t.DECLINED] == "not-retryable"
+    # Over stdio the call has its span and record and no attempt span: there is no HTTP request.
+    assert attempt_spans(telemetry) == []
+    (call,) = [s for s in telemetry.spans() if s.name == f"{t.CALL_SPAN_PREFIX} slow"]
+    assert (call.attributes or {})[t.NETWORK_TRANSPORT] == "pipe" and call.kind.name == "CLIENT"
 
 
 # -- one tree with the SDK's spans and the HTTP client instrumentor's --
@@ -843,7 +847,17 @@ async def test_metrics_count_attempts_waits_and_calls(
     assert any(a.get(t.FAILURE) == "throttle" for a, _ in attempts)
     assert any(a.get(t.PERMISSION_BY) == "app" for a, _ in attempts)
     calls = metrics[t.METRIC_CALLS]
-    assert calls == [({t.VERDICT: "completed", t.EFFECT: "unknown", t.POLICY: "app-authorized"}, 1.0)]
+    assert calls == [
+        (
+            {
+                t.VERDICT: "completed",
+                t.EFFECT: "unknown",
+                t.POLICY: "app-authorized",
+                t.GEN_AI_TOOL_NAME: "search",
+            },
+            1.0,
+        )
+    ]
     assert t.METRIC_WAIT in metrics
 
 
