@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import Token
 from typing import Any
 
+import mcp.shared.jsonrpc_dispatcher
 import wrapt  # type: ignore[import-untyped]
 from mcp.client.session import ClientSession
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import Span, SpanKind, TracerProvider
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from benchmarks._common import clean_record, per_op_us
 from otel_mcp_replay import telemetry as t
@@ -44,16 +45,16 @@ class FloorTelemetry:
         """The call's span (made current) and its attempt's span."""
         span = self.tracer.start_span(
             f"{t.CALL_SPAN_PREFIX} {name}",
-            kind=SpanKind.INTERNAL,
+            kind=SpanKind.CLIENT,
             attributes={t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: name},
         )
         span_context = trace.set_span_in_context(span)
         token = otel_context.attach(span_context)
         span.set_attributes({t.JSONRPC_REQUEST_ID: "7", t.POLICY: "app-authorized"})
         attempt = self.tracer.start_span(
-            f"{t.ATTEMPT_SPAN_PREFIX} {name}",
+            t.ATTEMPT_SPAN_NAME,
             context=span_context,
-            kind=SpanKind.INTERNAL,
+            kind=SpanKind.CLIENT,
             attributes={
                 t.MCP_METHOD_NAME: "tools/call",
                 t.GEN_AI_TOOL_NAME: name,
@@ -69,11 +70,11 @@ class FloorTelemetry:
         attempt.end()
         self.instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
         span.add_event(t.RECORD_EVENT, self.record)
-        self.instruments.calls.add(
-            1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: "app-authorized"}
-        )
+        counted = {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: "app-authorized"}
+        self.instruments.calls.add(1, {**counted, t.GEN_AI_TOOL_NAME: name})
         otel_context.detach(token)
         span.end()
+        self.instruments.operation_duration.record(0.001, {**_OPERATION, t.GEN_AI_TOOL_NAME: name})
 
     def warm_us(self, calls: int = 200) -> float:
         """Microseconds per call for `calls` clean calls' SDK calls back to back, with no I/O between
@@ -83,6 +84,16 @@ class FloorTelemetry:
 
     def _one_call(self) -> None:
         self.closed("search", *self.opened("search"))
+
+
+# The operation duration's attributes as a clean call over HTTP has them (their values are the floor's own).
+_OPERATION: dict[str, str | int] = {
+    t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+    t.NETWORK_TRANSPORT: t.TCP,
+    t.MCP_PROTOCOL_VERSION: "2025-11-25",
+    t.SERVER_ADDRESS: "127.0.0.1",
+    t.SERVER_PORT: 1,
+}
 
 
 @contextmanager
@@ -105,9 +116,19 @@ def telemetry_floor(tracer_provider: TracerProvider, meter_provider: MeterProvid
         floor.closed(name, span, attempt, token)
         return result
 
+    def sdk_span(wrapped: Any, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # The call span stands in for the SDK's own span of a tools/call: not an SDK call the floor makes.
+        attributes = kwargs.get("attributes")
+        if type(attributes) is dict and attributes.get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD:
+            return nullcontext(INVALID_SPAN)
+        return wrapped(*args, **kwargs)
+
     original = ClientSession.call_tool
+    original_span = mcp.shared.jsonrpc_dispatcher.otel_span
     wrapt.wrap_function_wrapper(ClientSession, "call_tool", call_tool)
+    wrapt.wrap_function_wrapper(mcp.shared.jsonrpc_dispatcher, "otel_span", sdk_span)
     try:
         yield
     finally:
         ClientSession.call_tool = original  # type: ignore[method-assign]
+        mcp.shared.jsonrpc_dispatcher.otel_span = original_span

@@ -16,22 +16,29 @@ it costs at least what this does.
 from __future__ import annotations
 
 import contextvars
+import functools
+import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from operator import itemgetter
 from typing import Any
 
 import httpx2
+import mcp.shared.jsonrpc_dispatcher
 import wrapt  # type: ignore[import-untyped]
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import Span, SpanKind, TracerProvider
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import json_message
+from otel_mcp_replay.call import hashed_session_id
+from otel_mcp_replay.endpoints import span_endpoint_of
 from otel_mcp_replay.runtime import Instruments
 
 Wrapped = Callable[..., Awaitable[Any]]
@@ -40,12 +47,14 @@ Wrapped = Callable[..., Awaitable[Any]]
 class _Round:
     """One round's request: its id, its one attempt, what is known of it."""
 
-    __slots__ = ("attempt", "endpoint", "policy", "request_id", "span", "status", "wire")
+    __slots__ = ("attempt", "endpoint", "policy", "request_id", "route", "session", "span", "status", "wire")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, session: object) -> None:
         self.span = span  # the call's
+        self.session = session
         self.request_id: object = None
         self.policy = self.endpoint = ""  # its URL's declaration's
+        self.route: dict[str, str | int] = {}  # where its request went, as the metric says it
         self.attempt: Span | None = None
         self.status = 0
         self.wire = 0
@@ -80,35 +89,57 @@ def skeleton(
     tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
     instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
     current: contextvars.ContextVar[_Round | None] = contextvars.ContextVar("skeleton_round", default=None)
-    # The app's call in progress: its rounds tell it their policy, which its count is by.
-    app: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("skeleton_app", default=None)
+    # The app's call in progress: its round tells it its own, whose policy and route it is counted by.
+    app: contextvars.ContextVar[list[_Round] | None] = contextvars.ContextVar("skeleton_app", default=None)
+    session_key = os.urandom(32)
+    endpoints: dict[str, Any] = {}  # the span endpoint of each URL, parsed once
 
     async def app_call(
         wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name = args[0] if args else kwargs["name"]
+        started = time.perf_counter_ns()
         span = tracer.start_span(
             f"{t.CALL_SPAN_PREFIX} {name}",
-            kind=SpanKind.INTERNAL,
-            attributes={t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: name},
+            kind=SpanKind.CLIENT,
+            attributes={
+                t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+                t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL,
+                t.GEN_AI_TOOL_NAME: name,
+            },
         )
         token = otel_context.attach(trace.set_span_in_context(span))
-        policy = [""]
-        app_token = app.set(policy)
+        rounds: list[_Round] = []
+        app_token = app.set(rounds)
         try:
             result = await wrapped(*args, **kwargs)
         finally:
             app.reset(app_token)
             otel_context.detach(token)
-        instruments.calls.add(1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: policy[0]})
+        (call,) = rounds
+        span.set_attributes(
+            {
+                t.SENT: 1,
+                t.EFFECT: "applied",
+                t.VERDICT: "completed",
+                t.MAY_HAVE_RUN: False,
+                t.POLICY: call.policy,
+                t.NETWORK_PROTOCOL_VERSION: "1.1",
+            }
+        )
         span.end()
+        metric = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: name, **call.route}
+        instruments.operation_duration.record((time.perf_counter_ns() - started) / 1e9, metric)
+        instruments.calls.add(
+            1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: call.policy, t.GEN_AI_TOOL_NAME: name}
+        )
         return result
 
     async def round_call(
         wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name = args[0] if args else kwargs["name"]
-        call = _Round(trace.get_current_span())
+        call = _Round(trace.get_current_span(), instance)
         token = current.set(call)
         try:
             result = await wrapped(*args, **kwargs)
@@ -116,7 +147,7 @@ def skeleton(
             current.reset(token)
         outer = app.get()
         if outer is not None:
-            outer[0] = call.policy
+            outer.append(call)
         request_id = str(call.request_id)
         if not (name.isprintable() and request_id.isprintable() and 100 <= call.status <= 999):
             raise ValueError("record refused")
@@ -152,33 +183,68 @@ def skeleton(
         body = json_message(request.content)
         if type(body) is not dict or body.get("method") != t.TOOLS_CALL_METHOD:
             return wrapped(*args, **kwargs)
-        call.policy, call.endpoint = declarations[str(request.url)]
-        return attempt(call, body, wrapped(*args, **kwargs))
+        url = str(request.url)
+        call.policy, call.endpoint = declarations[url]
+        endpoint = endpoints.get(url)
+        if endpoint is None:
+            endpoint = endpoints[url] = span_endpoint_of(url)
+        return attempt(call, body, request, endpoint, functools.partial(wrapped, *args, **kwargs))
 
-    async def attempt(call: _Round, body: dict[str, Any], sending: Awaitable[Any]) -> Any:
+    async def attempt(
+        call: _Round, body: dict[str, Any], request: Any, endpoint: Any, sending: Callable[[], Awaitable[Any]]
+    ) -> Any:
         call.request_id = request_id = body["id"]
         name = body["params"]["name"]
-        call.span.set_attributes({t.JSONRPC_REQUEST_ID: str(request_id), t.POLICY: call.policy})
+        version = getattr(call.session, "protocol_version", None)
+        session_id = request.headers.get("mcp-session-id")
+        attributes: dict[str, str | int] = {
+            t.JSONRPC_REQUEST_ID: str(request_id),
+            t.POLICY: call.policy,
+            t.NETWORK_TRANSPORT: t.TCP,
+            t.NETWORK_PROTOCOL_NAME: t.HTTP,
+            t.SERVER_ADDRESS: endpoint.address,
+            t.SERVER_PORT: endpoint.port,
+            t.MCP_PROTOCOL_VERSION: version,
+        }
+        if session_id is not None:
+            attributes[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
+        call.span.set_attributes(attributes)
+        call.route = {
+            t.NETWORK_TRANSPORT: t.TCP,
+            t.MCP_PROTOCOL_VERSION: version,
+            t.SERVER_ADDRESS: endpoint.address,
+            t.SERVER_PORT: endpoint.port,
+        }
         span = call.attempt = tracer.start_span(
-            f"{t.ATTEMPT_SPAN_PREFIX} {name}",
+            t.ATTEMPT_SPAN_NAME,
             trace.set_span_in_context(call.span),
-            SpanKind.INTERNAL,
+            SpanKind.CLIENT,
             {
+                t.HTTP_REQUEST_METHOD: "POST",
                 t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
                 t.GEN_AI_TOOL_NAME: name,
                 t.JSONRPC_REQUEST_ID: str(request_id),
                 t.ATTEMPT: 1,
+                t.URL_FULL: endpoint.url_full,
+                t.SERVER_ADDRESS: endpoint.address,
+                t.SERVER_PORT: endpoint.port,
             },
         )
-        token = otel_context.attach(trace.set_span_in_context(span))
+        context = otel_context.set_value(
+            _SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, trace.set_span_in_context(span)
+        )
+        propagate.inject(request.headers, context=context)
+        token = otel_context.attach(context)
         try:
-            response = await sending
+            response = await sending()
         finally:
             otel_context.detach(token)
         call.status = status = response.status_code
 
         def ended() -> None:
-            span.set_attributes({t.EFFECT: "applied", t.HTTP_STATUS_CODE: status})
+            span.set_attributes(
+                {t.EFFECT: "applied", t.HTTP_STATUS_CODE: status, t.NETWORK_PROTOCOL_VERSION: "1.1"}
+            )
             span.end()
             instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
 
@@ -202,11 +268,23 @@ def skeleton(
             call.wire += 1  # read only when an attempt fails (sent or not), which here none does
         return wrapped(*args, **kwargs)
 
+    def sdk_span(wrapped: Any, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # The call span stands in for the SDK's own span of the round's tools/call.
+        attributes = kwargs.get("attributes")
+        if (
+            current.get() is not None
+            and type(attributes) is dict
+            and attributes.get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD
+        ):
+            return nullcontext(INVALID_SPAN)
+        return wrapped(*args, **kwargs)
+
     seams = (
         (Client, "call_tool", app_call),
         (ClientSession, "call_tool", round_call),
         (httpx2.AsyncClient, "send", send),
         (httpx2.AsyncClient, "_send_single_request", reached_connection),
+        (mcp.shared.jsonrpc_dispatcher, "otel_span", sdk_span),
     )
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in seams]
     for owner, name, wrapper in seams:

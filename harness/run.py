@@ -74,12 +74,15 @@ _SHOWN: Final = (
     "MCP_DEMO_CATALOG_URL",
 )
 _LEGEND: Final = """\
-  tools/call <tool>            the call (this plugin); its record: verdict, effect, one row per attempt
-  mcp.replay.attempt <tool>    one HTTP attempt: status, failure, what allowed it, effect, wait after
+  tools/call <tool>   [client]  the call, the MCP client span (this plugin); its record: verdict, effect,
+                                one row per attempt
+  POST                [client]  under a call: one HTTP attempt, the HTTP client span of its POST (this
+                                plugin): status, failure, what allowed it, effect, wait after
 """ + (
-    "  MCP send <method>            the mcp SDK's own span; POST: the httpx2 instrumentation's"
+    "  MCP send <method>   [client]  the mcp SDK's own span of a protocol request; its POST: the httpx2\n"
+    "                                instrumentation's"
     if LINE == 2
-    else "  POST                         the httpx instrumentation's (mcp 1.x makes no spans of its own)"
+    else "  POST                [client]  elsewhere: the httpx instrumentation's (mcp 1.x makes no spans)"
 )
 
 

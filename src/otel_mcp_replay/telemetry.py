@@ -38,6 +38,8 @@ TOOL_ERROR: Final = "tool_error"  # error.type of a call whose result has isErro
 TCP: Final = "tcp"
 PIPE: Final = "pipe"  # network.transport of a call over stdio
 HTTP: Final = "http"
+# The words above that the conventions' keys hold (no key of their own).
+CONVENTION_WORDS: Final = (EXECUTE_TOOL, TOOL_ERROR, TCP, PIPE, HTTP)
 
 # The session id is hashed, never raw (legacy-era sessions only: the conventions keep it off
 # 2026-07-28 calls).

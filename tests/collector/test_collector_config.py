@@ -153,7 +153,8 @@ def _is_span_or_metric_name(name: str) -> bool:
     return (
         name == "INSTRUMENTATION_NAME"
         or name.startswith("METRIC_")
-        or name.endswith(("_PREFIX", "_METHOD"))  # span names, and the method of a tool call
+        or name.endswith(("_PREFIX", "_NAME", "_METHOD"))  # span names, and the method of a tool call
+        or getattr(t, name) in t.CONVENTION_WORDS  # a word a conventions' key holds
     )
 
 
@@ -1129,14 +1130,14 @@ CALL = {**ATTEMPT, t.POLICY: "app-authorized"}
 SAMPLE_SPANS: list[tuple[Span, bool]] = [
     (
         sample_span(
-            1, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "network", t.EFFECT: "unknown"}
+            1, t.ATTEMPT_SPAN_NAME, {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "network", t.EFFECT: "unknown"}
         ),
         True,
     ),
     (
         sample_span(
             2,
-            t.ATTEMPT_SPAN_PREFIX,
+            t.ATTEMPT_SPAN_NAME,
             {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "error", t.EFFECT: "applied", t.DECLINED: "not-retryable"},
         ),
         True,
@@ -1148,11 +1149,11 @@ SAMPLE_SPANS: list[tuple[Span, bool]] = [
     (sample_span(4, "tools/call charge", CALL, [record(**{t.EFFECT: "none", t.MAY_HAVE_RUN: True})]), True),
     (sample_span(5, "tools/call charge", CALL, [{"name": t.RECORD_REFUSED_EVENT, "attributes": {}}]), True),
     (sample_span(6, "tools/call charge", {**CALL, t.DECLINED: "repeat-of-unknown"}), True),
-    (sample_span(7, t.ATTEMPT_SPAN_PREFIX, {**ATTEMPT, t.ATTEMPT: 1, t.EFFECT: "applied"}), False),
+    (sample_span(7, t.ATTEMPT_SPAN_NAME, {**ATTEMPT, t.ATTEMPT: 1, t.EFFECT: "applied"}), False),
     (
         sample_span(
             8,
-            t.ATTEMPT_SPAN_PREFIX,
+            t.ATTEMPT_SPAN_NAME,
             {**ATTEMPT, t.ATTEMPT: 1, t.FAILURE: "throttle", t.EFFECT: "none", t.WAIT_MS: 250},
         ),
         False,
@@ -1693,7 +1694,7 @@ def test_the_readme_traceql_queries_only_contract_attributes() -> None:
     [
         '{ span.mcp.replay.effect = "maybe" }',
         '{ span.mcp.replay.verdicts = "failed" }',
-        "{ span.mcp.replay.sent > 1 }",
+        "{ span.mcp.replay.omitted > 0 }",  # the record's alone: never a span attribute
         '{ event.mcp.replay.failure = "throttle" }',
         '{ event:name = "mcp.tool.attempts" }',
         '{ .mcp.replay.effect = "unknown" }',

@@ -187,4 +187,4 @@ async def test_a_clean_call_is_one_trace_under_adks_spans(
     trace_ids = {s.context.trace_id for s in spans if s.name.endswith("search")}
     assert trace_ids == {ours.context.trace_id}, [s.name for s in spans]
     children = children_of(spans, ours)
-    assert ("mcp.replay.attempt search", t.INSTRUMENTATION_NAME) in children, children
+    assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children, children

@@ -204,4 +204,4 @@ def test_a_clean_call_is_one_trace_under_strands_spans(
     assert chain[0] == ("tools/call search", t.INSTRUMENTATION_NAME)
     assert ("execute_tool search", STRANDS_SCOPE) in chain and chain[-1][1] == STRANDS_SCOPE, chain
     children = children_of(spans, ours)
-    assert ("mcp.replay.attempt search", t.INSTRUMENTATION_NAME) in children, children
+    assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children, children
