@@ -56,13 +56,33 @@ State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
 
 
 class Route(NamedTuple):
-    """What the HTTP seam read of where a call's request goes, for the spans and metrics: the
-    endpoint (None: a URL no origin spells), the protocol version and the raw session id (legacy
-    era; hashed before any span holds it)."""
+    """Where a call's request goes, as its spans and metrics say it: the endpoint (None: a URL no
+    origin spells), and the call span's and the operation metric's attributes, made once per
+    session (`route_of`)."""
 
     endpoint: SpanEndpoint | None
-    protocol_version: str | None = None
-    session_id: str | None = None
+    span_attributes: dict[str, str | int]
+    metric_attributes: dict[str, str | int]
+
+
+# The call span's and the metric's attributes of a call that went another way than HTTP (stdio).
+_LOCAL_ROUTE: Final = {t.NETWORK_TRANSPORT: t.PIPE}
+
+
+def route_of(
+    session_key: bytes, endpoint: SpanEndpoint | None, protocol_version: str | None, session_id: str | None
+) -> Route:
+    """The route of a request over HTTP: the session id (legacy era) is hashed, never held raw."""
+    metric: dict[str, str | int] = {t.NETWORK_TRANSPORT: t.TCP}
+    if protocol_version is not None:
+        metric[t.MCP_PROTOCOL_VERSION] = protocol_version
+    if endpoint is not None:
+        metric[t.SERVER_ADDRESS] = endpoint.address
+        metric[t.SERVER_PORT] = endpoint.port
+    spans = {**metric, t.NETWORK_PROTOCOL_NAME: t.HTTP}
+    if session_id is not None:
+        spans[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
+    return Route(endpoint, spans, metric)
 
 
 # What a series' effect becomes after one more attempt's: uncertainty survives (once any attempt
@@ -321,6 +341,7 @@ class ToolCall:
     http_version: str | None = None  # of the latest response
     server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
     may_have_run = False  # it failed as "may have run" (UnknownEffectError)
+    local = False  # it went another way than HTTP (stdio, in-process)
 
     def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
         self.runtime = runtime
@@ -341,25 +362,11 @@ class ToolCall:
     def bind(self, request_id: object, declaration: Declaration, endpoint: str, route: Route) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
-        self.route = route
+        self.route = route  # its span says it as the call ends (end_call_span), in one write
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
         if self.app_call is not None:
             self.app_call.route = route
-        attributes: dict[str, str | int] = {
-            t.JSONRPC_REQUEST_ID: str(request_id),
-            t.POLICY: declaration.policy,
-            t.NETWORK_TRANSPORT: t.TCP,
-            t.NETWORK_PROTOCOL_NAME: t.HTTP,
-        }
-        if route.endpoint is not None:
-            attributes[t.SERVER_ADDRESS] = route.endpoint.address
-            attributes[t.SERVER_PORT] = route.endpoint.port
-        if route.protocol_version is not None:
-            attributes[t.MCP_PROTOCOL_VERSION] = route.protocol_version
-        if route.session_id is not None:
-            attributes[t.MCP_SESSION_ID] = hashed_session_id(self.runtime.session_key, route.session_id)
-        self.span.set_attributes(attributes)
 
     # -- the request's facts --
 
@@ -586,11 +593,12 @@ class ToolCall:
         """The call (not a round of an app's call) ends: its outcome on its span, which ends."""
         declaration = self.declaration or COMPATIBILITY
         outcome: dict[str, str | int | bool] = {
+            t.JSONRPC_REQUEST_ID: str(self.request_id),
+            t.POLICY: declaration.policy,
             t.SENT: self.sent,
             t.EFFECT: self.effect,
             t.VERDICT: verdict,
             t.MAY_HAVE_RUN: self.may_have_run,
-            t.POLICY: declaration.policy,
         }
         end_call_span(
             self.runtime,
@@ -602,6 +610,7 @@ class ToolCall:
             failure_type,
             self.server_code,
             self.http_version,
+            self.local,
         )
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
@@ -649,20 +658,11 @@ class ToolCall:
                 known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
             self.declaration, self.endpoint = known
             self.request_id = UNKNOWN_REQUEST_ID
-            self.span.set_attributes(
-                {t.JSONRPC_REQUEST_ID: UNKNOWN_REQUEST_ID, t.POLICY: self.declaration.policy}
-            )
             return
         if self.request_id is None:
             self.request_id = UNKNOWN_REQUEST_ID
         self.endpoint = LOCAL_ENDPOINT
-        self.span.set_attributes(
-            {
-                t.JSONRPC_REQUEST_ID: str(self.request_id),
-                t.POLICY: COMPATIBILITY.policy,
-                t.NETWORK_TRANSPORT: t.PIPE,
-            }
-        )
+        self.local = True
         self.opened(None)
         assert self.attempt is not None
         applied = verdict != "failed"
@@ -743,6 +743,7 @@ class AppCall:
             t.VERDICT: verdict,
             t.MAY_HAVE_RUN: call.may_have_run and error is not None,
             t.POLICY: policy,
+            t.JSONRPC_REQUEST_ID: str(call.request_id),
         }
         code = call.server_code if error is not None else None
         if error is not None:
@@ -759,6 +760,7 @@ class AppCall:
             failure_type,
             code,
             call.http_version,
+            call.local,
         )
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
@@ -788,6 +790,7 @@ def end_call_span(
     failure_type: str | None,
     code: int | None,
     http_version: str | None,
+    local: bool = False,
 ) -> None:
     """A call's span ends with its outcome (the record's words, as span attributes a backend can
     query), and its duration is recorded as the MCP conventions' client operation duration."""
@@ -798,20 +801,16 @@ def end_call_span(
         span.set_status(Status(StatusCode.ERROR))  # never a description: it could quote the server
     if http_version is not None:
         outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
-    span.set_attributes(outcome)
+    where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
+    span.set_attributes(outcome if where is None else {**outcome, **where})  # the call's one write at its end
     span.end()
     metric: dict[str, str | int] = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool}
+    if route is not None:
+        metric.update(route.metric_attributes)
+    elif local:
+        metric.update(_LOCAL_ROUTE)
     if failure_type is not None:
         metric[t.ERROR_TYPE] = failure_type
-    if route is None:
-        metric[t.NETWORK_TRANSPORT] = t.PIPE
-    else:
-        metric[t.NETWORK_TRANSPORT] = t.TCP
-        if route.protocol_version is not None:
-            metric[t.MCP_PROTOCOL_VERSION] = route.protocol_version
-        if route.endpoint is not None:
-            metric[t.SERVER_ADDRESS] = route.endpoint.address
-            metric[t.SERVER_PORT] = route.endpoint.port
     runtime.instruments.operation_duration.record((time.perf_counter_ns() - started_ns) / 1e9, metric)
 
 

@@ -19,6 +19,7 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry.metrics import Counter, Histogram, Meter
 from opentelemetry.trace import Tracer
@@ -101,6 +102,11 @@ class Runtime:
     # The same endpoint as the spans name it (host, port, scheme, url.full without path or query).
     span_endpoint: Callable[[str], SpanEndpoint | None] = field(
         default_factory=lambda: functools.lru_cache(maxsize=256)(span_endpoint_of)
+    )
+    # Where each session's calls go, as their spans say it (patches/http_send.py): read once per
+    # session and URL. Weak: a session gone is forgotten.
+    session_routes: weakref.WeakKeyDictionary[object, tuple[str, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary
     )
     # The key that hashes the session ids the call spans carry (never raw): one per process.
     session_key: bytes = field(default_factory=lambda: os.urandom(32))

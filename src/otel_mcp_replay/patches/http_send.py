@@ -31,7 +31,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled, supp
 
 from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
-from otel_mcp_replay.call import CURRENT_CALL, Attempt, Route, ToolCall
+from otel_mcp_replay.call import CURRENT_CALL, Attempt, Route, ToolCall, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
@@ -403,11 +403,25 @@ async def _tool_series(
 
 
 def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
-    """Where the call's request goes, for its spans: the endpoint, the protocol version the session
-    negotiated (2.x says; else the header the transport sends it in), the legacy-era session id."""
-    version = getattr(call.session, "protocol_version", None)
+    """Where the call's request goes, for its spans: read once per session and URL (the protocol
+    version and the session id do not change once its calls begin)."""
+    session = call.session
+    known = rt.session_routes.get(session) if session is not None else None
+    if known is not None and known[0] == url:
+        found: Route = known[1]
+        return found
+    route = _read_route(rt, session, request, url, sse)
+    if session is not None:
+        rt.session_routes[session] = (url, route)
+    return route
+
+
+def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseStream | None) -> Route:
+    """The endpoint, the protocol version the session negotiated (2.x says; else the header the
+    transport sends it in), the legacy-era session id."""
+    version = getattr(session, "protocol_version", None)
     session_id: str | None = None
-    for name, value in request.headers.raw:  # read once per call, never per attempt
+    for name, value in request.headers.raw:
         lowered = name.lower()
         if lowered == b"mcp-session-id":
             session_id = value.decode("latin-1")
@@ -417,7 +431,8 @@ def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream |
         session_id = next(iter(parse_qs(urlsplit(url).query).get("session_id", ())), None)
     if version == "2026-07-28":
         session_id = None  # the conventions: no session id for 2026-07-28 calls
-    return Route(rt.span_endpoint(url), version if type(version) is str else None, session_id)
+    version = version if type(version) is str else None
+    return route_of(rt.session_key, rt.span_endpoint(url), version, session_id)
 
 
 def _http_version(response: Any) -> str | None:
