@@ -84,6 +84,12 @@ _LEGEND: Final = """\
     if LINE == 2
     else "  POST                [client]  elsewhere: the httpx instrumentation's (mcp 1.x makes no spans)"
 )
+# How to read a record whose call completed after a 429 (it reads as a contradiction otherwise).
+_READING: Final = (
+    "Reading a record: a 429 is not proof that the tool did not run, so an attempt that got one\n"
+    'keeps effect unknown, and so does its call, even when a repeat was answered; "may have run: no"\n'
+    "says only that the call completed, so it did not fail with UnknownEffectError."
+)
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say()
         say(f"The trace of each tool call, as exported ({len(traces)} calls):")
         say(_LEGEND)
+        say()
+        say(_READING)
         for members in traces:
             say()
             say(format_trace_tree(members))

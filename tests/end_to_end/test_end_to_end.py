@@ -416,6 +416,8 @@ def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
         "no repeat: changes-without-key",
         "repeat allowed by compatibility on throttle, assuming refused-before-execution",
         "POST  [client",
+        "a 429 is not proof that the tool did not run",
+        "did not fail with UnknownEffectError",
     ):
         assert line in out, line
     assert "MCP send tools/call" not in out  # the call span stands in for the SDK's

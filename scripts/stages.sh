@@ -1,0 +1,83 @@
+# Sourced by scripts/test and scripts/test-lines. The rule it keeps: one failing stage never stops
+# the stages after it; every stage's name, result and seconds are printed in ONE summary at the end,
+# and the run exits non-zero when any stage failed.
+#
+#   stage NAME COMMAND [ARGS...]   run COMMAND as one stage (under set -e in a subshell, so a stage
+#                                  stops at its own first failure, and only itself)
+#   skip NAME WHY                  a stage left out on purpose, listed as such
+#   finish                         the summary, and the exit status (0 only when none failed)
+#
+# A script run by another's stage (scripts/test-lines under scripts/test) adds its stages to the
+# caller's summary, named "CALLER-STAGE: NAME", and prints none of its own.
+
+if [ -z "${STAGES_LOG:-}" ]; then
+  STAGES_LOG=$(mktemp)
+  STAGES_OWNER=$$
+  export STAGES_LOG
+  trap 'rm -f "$STAGES_LOG"' EXIT
+fi
+STAGES_PREFIX=${STAGES_PREFIX:-}
+STAGES_FIRST=$(($(wc -l <"$STAGES_LOG") + 1)) # this script's stages start at this line of the log
+
+_stage_record() { # RESULT SECONDS NAME
+  printf '%s\t%s\t%s\n' "$1" "$2" "$STAGES_PREFIX$3" >>"$STAGES_LOG"
+}
+
+stage() {
+  local name=$1 start=$SECONDS rc before after
+  shift
+  before=$(wc -l <"$STAGES_LOG")
+  echo "=== stage ${STAGES_PREFIX}${name}: $*"
+  set +e
+  (
+    set -e
+    STAGES_PREFIX="${STAGES_PREFIX}${name}: "
+    export STAGES_PREFIX
+    "$@"
+  )
+  rc=$?
+  set -e
+  after=$(wc -l <"$STAGES_LOG")
+  if [ "$after" -gt "$before" ]; then
+    # A script of stages: they are counted; this line only groups them, unless it failed with
+    # none of them failing (it broke outside its stages), which counts as its own failure.
+    if [ "$rc" -ne 0 ] && ! tail -n +"$((before + 1))" "$STAGES_LOG" | grep -q '^FAIL'; then
+      _stage_record FAIL $((SECONDS - start)) "$name (outside its stages)"
+    else
+      _stage_record "$([ "$rc" -eq 0 ] && echo '(ok)' || echo '(failed)')" $((SECONDS - start)) "$name: its stages above"
+    fi
+  elif [ "$rc" -eq 0 ]; then
+    _stage_record pass $((SECONDS - start)) "$name"
+  else
+    echo "=== stage ${STAGES_PREFIX}${name} FAILED (exit $rc); the next stages still run" >&2
+    _stage_record FAIL $((SECONDS - start)) "$name"
+  fi
+  return 0
+}
+
+skip() {
+  echo "=== stage ${STAGES_PREFIX}$1 skipped: $2"
+  _stage_record skip 0 "$1 ($2)"
+}
+
+finish() {
+  local failed
+  failed=$(tail -n +"$STAGES_FIRST" "$STAGES_LOG" | grep -c '^FAIL' || true)
+  if [ "${STAGES_OWNER:-}" != "$$" ]; then
+    # Run by another script's stage: its summary lists these stages; fail that stage if one failed.
+    [ "$failed" -eq 0 ]
+    return
+  fi
+  local passed skipped
+  passed=$(grep -c '^pass' "$STAGES_LOG" || true)
+  skipped=$(grep -c '^skip' "$STAGES_LOG" || true)
+  echo
+  echo "=== summary: every stage, in the order it ended"
+  while IFS=$'\t' read -r result seconds name; do
+    printf '  %-8s %6ss  %s\n' "$result" "$seconds" "$name"
+  done <"$STAGES_LOG"
+  echo "  total ${SECONDS}s"
+  # One plain closing line: stages, not tests (pytest's own counts are in its stage's output).
+  echo "stages: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]
+}

@@ -1,0 +1,107 @@
+"""The test command's stages (scripts/stages.sh): a failing stage never stops the ones after it.
+
+Scripts made here source the real library and run stages that pass, fail half-way, or are
+skipped, directly and from a script of stages run as one stage (as scripts/test runs
+scripts/test-lines); each run's summary, closing line and exit status are checked. scripts/test
+and scripts/test-lines themselves are checked to run their steps as stages and end with the summary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ROOT / "scripts" / "stages.sh"
+TIMEOUT_S = 60  # a guard against a hang only
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(f"#!/usr/bin/env bash\nset -euo pipefail\n. {STAGES}\n{body}\nfinish\n", encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def _run(script: Path) -> subprocess.CompletedProcess[str]:
+    # Not inside the stage that runs this suite (./scripts/test's pytest): a run of its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGES_")}
+    return subprocess.run(
+        [str(script)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        cwd=script.parent,
+        env=env,
+    )
+
+
+def _summary(out: str) -> list[tuple[str, str]]:
+    """(result, name) of each row of the summary."""
+    rows = out[out.index("=== summary") :].splitlines()[1:]
+    parsed = [re.fullmatch(r"  (\S+)\s+\d+s  (.+)", row) for row in rows]
+    return [(m[1], m[2]) for m in parsed if m]
+
+
+def test_a_failing_stage_does_not_stop_the_next_and_the_run_fails(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    script = _script(
+        tmp_path / "main",
+        f"""
+half() {{ echo first >>{ran}; false; echo never >>{ran}; }}
+stage half-way half
+stage after bash -c 'echo after >>{ran}'
+skip left-out "OFF=1"
+""",
+    )
+    done = _run(script)
+    assert done.returncode == 1
+    # The stage stopped at its own failure (set -e inside it), and the next stage still ran.
+    assert ran.read_text().split() == ["first", "after"]
+    assert _summary(done.stdout) == [("FAIL", "half-way"), ("pass", "after"), ("skip", "left-out (OFF=1)")]
+    assert done.stdout.rstrip().endswith("stages: 1 passed, 1 failed, 1 skipped")
+    assert "half-way FAILED (exit 1); the next stages still run" in done.stderr
+
+
+def test_all_passing_exits_zero(tmp_path: Path) -> None:
+    done = _run(_script(tmp_path / "main", "stage one true\nstage two true"))
+    assert done.returncode == 0, done.stderr
+    assert _summary(done.stdout) == [("pass", "one"), ("pass", "two")]
+    assert done.stdout.rstrip().endswith("stages: 2 passed, 0 failed, 0 skipped")
+
+
+def test_a_script_of_stages_adds_them_to_its_callers_summary(tmp_path: Path) -> None:
+    _script(tmp_path / "lines", "stage a false\nstage b true")
+    done = _run(_script(tmp_path / "main", "stage before false\nstage lines ./lines\nstage last true"))
+    assert done.returncode == 1
+    # One summary: the caller's earlier failure is not the nested script's, nor counted twice.
+    assert done.stdout.count("=== summary") == 1
+    assert _summary(done.stdout) == [
+        ("FAIL", "before"),
+        ("FAIL", "lines: a"),
+        ("pass", "lines: b"),
+        ("(failed)", "lines: its stages above"),
+        ("pass", "last"),
+    ]
+    assert done.stdout.rstrip().endswith("stages: 2 passed, 2 failed, 0 skipped")
+
+
+def test_a_nested_script_that_breaks_outside_its_stages_fails_its_stage(tmp_path: Path) -> None:
+    _script(tmp_path / "lines", "stage a true\nfalse")
+    done = _run(_script(tmp_path / "main", "stage lines ./lines"))
+    assert done.returncode == 1
+    assert _summary(done.stdout) == [("pass", "lines: a"), ("FAIL", "lines (outside its stages)")]
+
+
+def test_the_test_scripts_run_their_steps_as_stages() -> None:
+    # A step is a script, a linter or an environment's suite; each must be the argument of `stage`,
+    # never a command of its own, which under set -e would end the run at its first failure.
+    step = re.compile(r"^\s*(\./scripts/|\.venv/bin/(ruff|mypy)|(line|otel|framework) )", re.M)
+    for name, least in (("test", 8), ("test-lines", 8)):
+        text = (ROOT / "scripts" / name).read_text(encoding="utf-8")
+        assert ". scripts/stages.sh" in text, name
+        assert text.rstrip().endswith("\nfinish"), name
+        assert step.search(text) is None, f"scripts/{name}: a step outside a stage: {step.search(text)}"
+        assert len(re.findall(r"^\s*stage ", text, re.M)) >= least, name
