@@ -67,7 +67,10 @@ def run(quick: bool) -> Section:
     inner = SimpleSpanProcessor(NoopExporter())
     # Built first, as an app builds its pipeline before its calls: from then on records are vouched for.
     processor = RedactingSpanProcessor(
-        SimpleSpanProcessor(NoopExporter()), RedactionRules(), on_refused=lambda: None
+        SimpleSpanProcessor(NoopExporter()),
+        RedactionRules(),
+        vouches=McpReplayInstrumentor().vouches,
+        on_refused=lambda: None,
     )
     full, small, bare = ended_span(t.MAX_RECORD_ROWS), ended_span(3), ended_span(None)
     foreign = ended_span(t.MAX_RECORD_ROWS, filed_by_plugin=False)

@@ -28,7 +28,7 @@ from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
-from otel_mcp_replay.record import Vouches
+from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import Instruments, Runtime, logger
 from otel_mcp_replay.settings import Settings
@@ -148,14 +148,14 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     _wrapped: list[tuple[str, str]] = []
     # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
-    # per process: the redaction wrappers count refused records on its meter).
+    # per process: the configurator's redaction wrappers count refused records on its meter).
     _runtime: Runtime | None = None
     # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
     # instrument() may run many times, each exporter is told once).
     _told_unredacted: weakref.WeakSet[object] | None = None
-    # The records this process's calls filed, vouched for to the redaction wrappers (made on first
-    # use, one per process as this instrumentor is: the wrappers may be built before or after
-    # instrument(), and read the very vouches every runtime files into).
+    # The records this process's calls filed, vouched for to the redaction wrappers given them (the
+    # configurator's; made on first use, one per process as this instrumentor is: the wrappers may
+    # be built before or after instrument(), and read the very vouches every runtime files into).
     _vouches: Vouches | None = None
     # The refused-records counter on the global meter provider's meter, for a redaction wrapper
     # that refuses a record while nothing is instrumented (made on first use).
@@ -177,14 +177,15 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return self._vouches
 
     def count_refused(self) -> None:
-        """A record refused by the redaction allow-list: counted on the meter of the runtime in
-        force, else (the redaction runs without the plugin instrumented) on the global provider's."""
+        """A record refused by the redaction allow-list (the configurator's wrappers' `on_refused`):
+        counted on the meter of the runtime in force, else (the redaction runs without the plugin
+        instrumented) on the global provider's."""
         rt = self._runtime
         if rt is not None:
             rt.instruments.records_refused.add(1)
             return
         if self._refused_uninstrumented is None:
-            self._refused_uninstrumented = Instruments.on(get_meter(INSTRUMENTATION_NAME)).records_refused
+            self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._refused_uninstrumented.add(1)
 
     def _instrument(self, **kwargs: Any) -> None:

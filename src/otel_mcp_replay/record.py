@@ -22,6 +22,7 @@ from operator import countOf, is_
 from typing import Any, Final, Literal, NamedTuple, cast
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.metrics import Counter, Meter
 from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
@@ -61,6 +62,16 @@ class RecordRefused(ValueError):
     def __init__(self, field: str) -> None:
         super().__init__(f"request_attempts record refused at {field}")
         self.field = field
+
+
+def refused_records_counter(meter: Meter) -> Counter:
+    """The counter of records refused whole, on `meter`: one definition for the calls that refuse
+    their own record (runtime.Instruments) and the redaction wrappers that refuse one."""
+    return meter.create_counter(
+        t.METRIC_RECORDS_REFUSED,
+        unit="{record}",
+        description="request_attempts records refused whole by the allow-list",
+    )
 
 
 def is_endpoint(value: object) -> bool:

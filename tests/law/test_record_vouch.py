@@ -25,7 +25,8 @@ from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
 from otel_mcp_replay.redaction import rules as redaction_module
 
 pytestmark = pytest.mark.anyio
-# The process's vouches: the one instrumentor's, which every runtime files into and every wrapper reads.
+# The process's vouches: the one instrumentor's, which every runtime files into and the wrappers
+# given them (the configurator's) read.
 VOUCHES = McpReplayInstrumentor().vouches
 vouch, vouched_record = VOUCHES.vouch, VOUCHES.record
 
@@ -51,7 +52,7 @@ class Checks:
 def pipeline(**limits: Any) -> tuple[TracerProvider, InMemorySpanExporter, RedactingSpanProcessor]:
     exporter = InMemorySpanExporter()
     processor = RedactingSpanProcessor(
-        SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+        SimpleSpanProcessor(exporter), RedactionRules(), vouches=VOUCHES, on_refused=lambda: None
     )
     provider = TracerProvider(span_limits=SpanLimits(**limits)) if limits else TracerProvider()
     provider.add_span_processor(processor)
@@ -82,6 +83,26 @@ def test_the_same_record_written_by_other_code_gets_the_whole_check(monkeypatch:
     (exported,) = exporter.get_finished_spans()
     assert checks.calls == 1
     assert dict(exported.events[0].attributes or {}) == built
+
+
+def test_a_wrapper_the_app_builds_itself_checks_even_a_filed_record_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No vouches given (an app's own wrapper): nothing is trusted, and the record the plugin filed
+    is checked whole, and passes."""
+    checks = Checks(monkeypatch)
+    exporter = InMemorySpanExporter()
+    processor = RedactingSpanProcessor(SimpleSpanProcessor(exporter), RedactionRules())
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    built = a_record()
+    span = provider.get_tracer("t").start_span("tools/call search")
+    VOUCHES.file(span, built)
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert checks.calls == 1
+    assert dict(exported.events[0].attributes or {}) == built
+    assert processor.refused_count == 0
 
 
 def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> None:
@@ -171,6 +192,8 @@ def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.Monk
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())
+    assert not VOUCHES.active  # an app's own wrapper reads no vouches
+    RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules(), vouches=VOUCHES)
     assert VOUCHES.active
 
 
@@ -204,7 +227,7 @@ async def test_a_real_call_files_a_vouched_record(
     if not wrapper_first:
         exporter = InMemorySpanExporter()
         processor = RedactingSpanProcessor(
-            SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+            SimpleSpanProcessor(exporter), RedactionRules(), vouches=VOUCHES, on_refused=lambda: None
         )
         provider.add_span_processor(processor)
         provider.add_span_processor(SimpleSpanProcessor(plain))

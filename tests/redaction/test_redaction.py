@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.record import AttemptRow, build_record, validate_record
+from otel_mcp_replay.record import AttemptRow, Vouches, build_record, validate_record
 from otel_mcp_replay.redaction import (
     ENV_REDACT_KEYS,
     ENV_REDACT_VALUES,
@@ -44,12 +44,15 @@ SESSION_KEY = "a-test-session-key-of-enough-bytes"
 class Pipeline:
     """A provider whose every span goes through redaction into an in-memory exporter."""
 
-    def __init__(self, rules: RedactionRules | None = None, **provider: Any) -> None:
+    def __init__(
+        self, rules: RedactionRules | None = None, *, vouches: Vouches | None = None, **provider: Any
+    ) -> None:
         self.exporter = InMemorySpanExporter()
         self.refused_hook_calls = 0
         self.processor = RedactingSpanProcessor(
             SimpleSpanProcessor(self.exporter),
             RedactionRules() if rules is None else rules,
+            vouches=vouches,
             on_refused=self._hook,
         )
         self.provider = TracerProvider(

@@ -314,6 +314,7 @@ COMPOSE = textwrap.dedent(
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from otel_mcp_replay.configurator import McpReplayConfigurator
+    from otel_mcp_replay.instrumentor import McpReplayInstrumentor
     from otel_mcp_replay.redaction import RedactingSpanExporter
 
     given = []
@@ -329,6 +330,9 @@ COMPOSE = textwrap.dedent(
         "wrapped": [type(e).__name__ for e in given],
         "inner": [type(e.inner).__name__ for e in given if isinstance(e, RedactingSpanExporter)],
         "refused": sum(e.refused_count for e in given if isinstance(e, RedactingSpanExporter)),
+        # What the configurator passed: the instrumentor's vouches and its refused-records count.
+        "vouches": [e._vouches is McpReplayInstrumentor().vouches for e in given],
+        "counted by": [e._on_refused == McpReplayInstrumentor().count_refused for e in given],
     }))
     """
 )
@@ -349,4 +353,10 @@ def test_the_configurator_wraps_every_exporter_and_keeps_a_given_processor_facto
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"wrapped": ["RedactingSpanExporter"], "inner": ["ConsoleSpanExporter"], "refused": 1}
+    assert report == {
+        "wrapped": ["RedactingSpanExporter"],
+        "inner": ["ConsoleSpanExporter"],
+        "refused": 1,
+        "vouches": [True],
+        "counted by": [True],
+    }
