@@ -1,6 +1,7 @@
 """A record this library filed is read back by the redaction without checking every cell again.
 
-It was checked whole at build (build_record ends in the allow-list's own check), and once the SDK
+It was checked at build (call_record checks what came from outside; its words are the plugin's
+own, typed, and tests/law/test_record.py proves them in the allow-list), and once the SDK
 has stored it on an event it cannot change: the redaction trusts that very object, and nothing
 else. Every record anyone else wrote is still checked whole, and a record the SDK changed on the
 way in (its length or count limits) is left to that check.
@@ -16,9 +17,9 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tests.redaction.test_redaction import full_record
+from tests.support.calls import declared
+from tests.support.records import full_record
 
-from conftest import declared
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
 from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules

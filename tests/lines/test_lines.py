@@ -18,8 +18,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, attempt_spans, records, the_record
 
-from conftest import Telemetry, attempt_spans, declared, records, the_record
 from harness.faults import DropAfterExecution, DropMidBody, Fault, SseWithoutAnswer, Status, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError

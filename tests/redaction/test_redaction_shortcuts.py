@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Status, StatusCode, Tracer
-from tests.growth import work_of
-from tests.redaction.test_redaction import Capture, Pipeline, every_string, full_record
+from tests.support.growth import work_of
+from tests.support.records import full_record
+from tests.support.redaction import Capture, Pipeline, every_string
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor

@@ -20,8 +20,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from tests.support.calls import leaves
+from tests.support.telemetry import Telemetry, attempt_spans, records, the_record
 
-from conftest import Telemetry, attempt_spans, leaves, records, the_record
 from harness.client import Client, McpError, http, is_error, types
 from harness.faults import (
     ClaimedResult,

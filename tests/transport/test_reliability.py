@@ -42,8 +42,9 @@ from mcp import ClientSession
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, records
 
-from conftest import Telemetry, declared, records
 from harness.client import ERAS, Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,

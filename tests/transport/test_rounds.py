@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.support.telemetry import Telemetry
 
-from conftest import Telemetry
 from harness.client import ERAS, is_error
 from harness.faults import DropAfterExecution, DropAtAnswer, Fault, FaultContext, Throttle
 from harness.sdk import LINE

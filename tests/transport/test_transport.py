@@ -25,8 +25,9 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from packaging.version import Version
+from tests.support.calls import declared, leaves, refused, refused_call
+from tests.support.telemetry import Telemetry, attempt_spans, records, the_record
 
-from conftest import Telemetry, attempt_spans, declared, leaves, records, refused, refused_call, the_record
 from harness.client import ERAS, Client, McpError, http, is_error, types
 from harness.faults import (
     DropAfterExecution,

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.support.calls import declared, refused_call
+from tests.support.telemetry import Telemetry, attempt_spans, records, the_record
 
-from conftest import Telemetry, attempt_spans, declared, records, refused_call, the_record
 from harness.client import Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
