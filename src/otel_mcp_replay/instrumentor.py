@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import weakref
 from collections.abc import Callable, Collection
@@ -30,10 +31,12 @@ from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
-from otel_mcp_replay.runtime import Instruments, Runtime, logger
+from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
 from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
+
+_logger = logging.getLogger(__name__)
 
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -118,7 +121,7 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
 
             store = RedisStore(settings.repeat_guard_store, bound_s)
         except ImportError:
-            logger.error(
+            _logger.error(
                 "otel-mcp-replay: %s needs the redis client (pip install 'otel-mcp-replay[redis]'); "
                 "the repeat guard stays in-process",
                 ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
@@ -132,7 +135,6 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
                 lambda operation, failure: fallbacks.add(
                     1, {GUARD_STORE_OPERATION: operation, GUARD_STORE_FAILURE: failure}
                 ),
-                logger,
             )
     return RepeatGuard(settings.repeat_guard_s, shared=shared)
 

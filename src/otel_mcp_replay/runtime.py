@@ -31,7 +31,7 @@ from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.settings import Settings
 
-logger = logging.getLogger("otel_mcp_replay")
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ class Runtime:
     budgets: RetryBudgets = field(default_factory=lambda: RetryBudgets((100, 0.1)))
     fail_closed: bool = False
     rng: random.Random = field(default_factory=random.Random)
-    logger: logging.Logger = logger
+    # What the path logs through (call.py): every module logs on its own `__name__`.
+    logger: logging.Logger = _logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
     # The repeat guard; None when its window is 0.

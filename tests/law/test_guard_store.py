@@ -23,8 +23,8 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.support.telemetry import Telemetry
 
-from conftest import Telemetry
 from harness.client import Client
 from harness.faults import DropAfterExecution
 from harness.guard_agent import call_once
@@ -339,9 +339,12 @@ async def test_only_a_call_the_guard_could_refuse_touches_the_store(
 
 
 def plugin_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The plugin's ERROR records (mcp 1.x's server and client log errors of their own)."""
+    """The plugin's ERROR records, on its modules' loggers (mcp 1.x's server and client log errors of
+    their own)."""
     return [
-        r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "otel_mcp_replay"
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.partition(".")[0] == "otel_mcp_replay"
     ]
 
 
