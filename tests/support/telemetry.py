@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -77,3 +78,14 @@ def the_record(telemetry: Telemetry) -> dict[str, Any]:
     found = records(telemetry)
     assert len(found) == 1, f"expected one record, found {len(found)}"
     return found[0]
+
+
+async def decided_attempts(telemetry: Telemetry, count: int = 1) -> list[ReadableSpan]:
+    """The attempt spans, once `count` have ended. An attempt's span ends when its series decides
+    on it: repeated (its wait on the span) or not (declined, or the answer): one ended without a
+    wait shows the series done with it, so a test counts what was sent instead of sleeping past
+    the wait. The 10 s bound guards a hang only; it decides nothing."""
+    with anyio.fail_after(10):
+        while len(attempt_spans(telemetry)) < count:
+            await anyio.sleep(0.01)
+    return attempt_spans(telemetry)
