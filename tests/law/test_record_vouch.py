@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -22,7 +24,7 @@ from tests.support.records import full_record
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
+from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules, wrappers
 from otel_mcp_replay.redaction import rules as redaction_module
 
 pytestmark = pytest.mark.anyio
@@ -116,6 +118,36 @@ def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> N
     (exported,) = exporter.get_finished_spans()
     assert [event.name for event in exported.events] == [t.RECORD_REFUSED_EVENT]
     assert processor.refused_count == 1
+
+
+def test_a_wrapper_the_app_builds_itself_counts_a_refusal_on_the_global_meter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No on_refused given: the refused-records counter on the global meter provider's meter (the
+    provider here is the test's, handed out where the wrapper asks for the global one)."""
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(wrappers, "get_meter", meters.get_meter)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(RedactingSpanProcessor(SimpleSpanProcessor(exporter), RedactionRules()))
+    spoiled = dict(a_record(3))
+    spoiled[t.ATTEMPTS_FAILURE] = ("throttle", "throttle", "sk-live-CANARY")
+    for _ in range(2):
+        span = provider.get_tracer("t").start_span("tools/call search")
+        span.add_event(t.RECORD_EVENT, spoiled)
+        span.end()
+    data = reader.get_metrics_data()
+    assert data is not None
+    counted = [
+        point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == t.METRIC_RECORDS_REFUSED
+        for point in metric.data.data_points
+    ]
+    assert counted == [2]
 
 
 @pytest.mark.parametrize(
