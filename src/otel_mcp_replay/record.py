@@ -213,8 +213,8 @@ def validate_record(raw: object) -> dict[str, AttributeValue] | None:
         return None
 
 
-def _refused(key: str, given: dict[object, object] | None) -> RecordRefused:
-    return RecordRefused(key if given is None or key in given else f"{key} (missing)")
+def _refused(key: str, given: dict[object, object]) -> RecordRefused:
+    return RecordRefused(key if key in given else f"{key} (missing)")
 
 
 def _read(raw: object) -> dict[str, AttributeValue]:
@@ -228,7 +228,7 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     return _checked(given, *[get(key, _MISSING) for key in t.RECORD_KEYS])
 
 
-def _checked(given: dict[object, object] | None, *values: object) -> dict[str, AttributeValue]:
+def _checked(given: dict[object, object], *values: object) -> dict[str, AttributeValue]:
     """The record of `values` (in telemetry.RECORD_KEYS' order) as a fresh dict, every value checked;
     `given` is the mapping they were read from."""
     (policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round) = values[
