@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_mcp_replay.record import AttemptRow, build_record
+from otel_mcp_replay.record import AttemptRow, call_record
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -252,8 +252,8 @@ def rss_kib() -> int:
 
 
 def clean_record(rows: list[AttemptRow]) -> dict[str, Any]:
-    """build_record's record of a call that ended with its last row's answer, as the plugin files it."""
-    return build_record(
+    """The record of a call that ended with its last row's answer, built as the plugin builds it."""
+    return call_record(
         policy="app-authorized",
         sent=len(rows),
         effect="applied",
@@ -263,4 +263,5 @@ def clean_record(rows: list[AttemptRow]) -> dict[str, Any]:
         tool="search",
         request_id="7",
         rows=rows,
+        call_round=1,
     )

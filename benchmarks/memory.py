@@ -4,7 +4,8 @@ The server (its own process, `Counters(log_limit=0)`, so its memory is not this 
 `search` calls with the seeded mix of benchmarks/_server.py MIXED_FAULTS: 10% 429 with
 `Retry-After: 0` (repeated at once), 4% 503 (not repeated), 1% a cut after the tool ran (the
 network kind, repeated). Four callers share one Client. The pipeline is production's:
-BatchSpanProcessor(RedactingSpanExporter(exporter that drops spans)), an SDK MeterProvider.
+BatchSpanProcessor(RedactingSpanExporter(exporter that drops spans, the plugin's vouches)), an SDK
+MeterProvider.
 
 RSS (VmRSS) is read after a warm-up and after the run, each time after the span queue is flushed and
 gc.collect(). Then: the SSE waiting map empty, no ToolCall or Attempt alive, the retry budget
@@ -47,7 +48,8 @@ async def _run(quick: bool) -> Section:
     warmup, calls = (200, 1_000) if quick else (1_000, 20_000)
     section = Section(f"4. Memory ({calls:,} calls with faults, one process)")
     exporter = NoopExporter()
-    redacting = RedactingSpanExporter(exporter)
+    # As the configurator builds it: the plugin's records vouched for.
+    redacting = RedactingSpanExporter(exporter, vouches=McpReplayInstrumentor().vouches)
     processor = BatchSpanProcessor(redacting)
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(processor)

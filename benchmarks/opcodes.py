@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, section_main, server_process
 from benchmarks.overhead import ArmSwitch, SwitchedProcessor
-from otel_mcp_replay import RedactingSpanExporter
+from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
 
 TARGET_RATIO = 0.75  # plugin-added opcodes at most this share of the peer's (issue 23)
 CALLS = 20
@@ -113,7 +113,8 @@ async def _run(quick: bool) -> Section:
                 for arm in ARMS:
                     switch(arm)
                     counted[arm] = await opcodes_per_call(client, CALLS)
-                export_path.inner = SimpleSpanProcessor(RedactingSpanExporter(exporter))
+                vouches = McpReplayInstrumentor().vouches  # as the configurator passes them
+                export_path.inner = SimpleSpanProcessor(RedactingSpanExporter(exporter, vouches=vouches))
                 for arm in ARMS:
                     switch(arm)
                     redacted[arm] = await opcodes_per_call(client, CALLS)

@@ -124,7 +124,8 @@ async def _run(quick: bool) -> Section:
     section = Section("1. Clean-path overhead (tools/call on loopback, server in its own process)")
     exporter = NoopExporter()
     batch = BatchSpanProcessor(exporter)
-    redacted = BatchSpanProcessor(RedactingSpanExporter(exporter))
+    # As the configurator builds it: the plugin's records vouched for.
+    redacted = BatchSpanProcessor(RedactingSpanExporter(exporter, vouches=McpReplayInstrumentor().vouches))
     export_path = SwitchedProcessor(batch)
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(export_path)

@@ -52,7 +52,7 @@ _provider = TracerProvider()
 _provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
 _INSTRUMENTOR = McpReplayInstrumentor()
 
-# build_record's argument behind each refused record key (a column's refusal names its column).
+# call_record's argument behind each refused record key (a column's refusal names its column).
 _ARGUMENT_OF = {
     t.POLICY: "policy",
     t.SENT: "sent",
@@ -64,7 +64,7 @@ _ARGUMENT_OF = {
     t.JSONRPC_REQUEST_ID: "request_id",
 }
 _COLUMN_OF = {key: index for index, key in enumerate(t.RECORD_COLUMN_KEYS)}  # AttemptRow order
-_refusals: list[dict[str, Any]] = []  # build_record's refusals since the last test ended
+_refusals: list[dict[str, Any]] = []  # call_record's refusals since the last test ended
 _logged: list[dict[str, str]] = []  # what otel_mcp_replay logged at WARNING or above since then
 
 
@@ -79,10 +79,10 @@ def _describe(value: object) -> dict[str, Any]:
     return described
 
 
-def _watching_build_record(original: Any) -> Any:
-    """build_record as the call module uses it, noting each refusal with its key and value."""
+def _watching_call_record(original: Any) -> Any:
+    """call_record as the call module uses it, noting each refusal with its key and value."""
 
-    def build_record(**kwargs: Any) -> Any:
+    def call_record(**kwargs: Any) -> Any:
         try:
             return original(**kwargs)
         except RecordRefused as refused:
@@ -108,7 +108,7 @@ def _watching_build_record(original: Any) -> Any:
             )
             raise
 
-    return build_record
+    return call_record
 
 
 class _LogTap(logging.Handler):
@@ -119,8 +119,8 @@ class _LogTap(logging.Handler):
 
 
 def _instrument() -> None:
-    if hasattr(_call_module, "build_record"):
-        _call_module.build_record = _watching_build_record(_call_module.build_record)
+    if hasattr(_call_module, "call_record"):
+        _call_module.call_record = _watching_call_record(_call_module.call_record)
     logger = logging.getLogger("otel_mcp_replay")
     logger.addHandler(_LogTap(logging.WARNING))
     _INSTRUMENTOR.instrument(tracer_provider=_provider, meter_provider=MeterProvider())

@@ -10,6 +10,7 @@ bound: a config file is read only when it is a regular file of at most MAX_CONFI
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.declaration import (
+from otel_mcp_replay.endpoints import NO_SERVERS, Servers, servers_of
+from otel_mcp_replay.fields import (
     DeclarationTypeError,
     DeclarationValueError,
     field_path,
@@ -27,8 +29,6 @@ from otel_mcp_replay.declaration import (
     type_error,
     value_error,
 )
-from otel_mcp_replay.endpoints import NO_SERVERS, Servers, servers_of
-from otel_mcp_replay.runtime import logger
 from otel_mcp_replay.settings import (
     SETTING_NAMES,
     Settings,
@@ -36,6 +36,8 @@ from otel_mcp_replay.settings import (
     setting_of,
     settings_from_checked,
 )
+
+_logger = logging.getLogger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -116,7 +118,7 @@ def _log(variable: str, exc: BaseException) -> None:
     message = str(exc) if named else f"unreadable ({type(exc).__name__})"
     if variable and variable not in message:
         message = f"{variable}: {message}"
-    logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", message)
+    _logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", message)
 
 
 def _servers_from_env(environ: Mapping[str, str]) -> Servers:

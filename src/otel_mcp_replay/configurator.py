@@ -40,6 +40,7 @@ from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from otel_mcp_replay.instrumentor import McpReplayInstrumentor
 from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules
 
 _logger = logging.getLogger(__name__)
@@ -79,11 +80,16 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
             return
         # Never raises: a bad entry is logged and dropped, the other rules and the built-in ones stay.
         rules = RedactionRules.from_env_or_builtin()
+        # The one instrumentor of the process (BaseInstrumentor's singleton), instrumented later or
+        # not at all: the records its calls file are vouched for, and a refused record is counted on
+        # its runtime's meter.
+        instrumentor = McpReplayInstrumentor()
         inner_factory: Callable[..., SpanProcessor] = kwargs.pop(_FACTORY, None) or BatchSpanProcessor
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
-            # A refused record is counted on the refused-records counter (the wrapper's default).
-            redacting = RedactingSpanExporter(exporter, rules)
+            redacting = RedactingSpanExporter(
+                exporter, rules, vouches=instrumentor.vouches, on_refused=instrumentor.count_refused
+            )
             return inner_factory(redacting, *args, **factory_kwargs)
 
         if takes_factory:

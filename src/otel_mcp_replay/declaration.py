@@ -16,109 +16,28 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, NoReturn, TypeGuard, TypeVar
+from typing import Final
 
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.fields import (
+    built_checked,
+    field_path,
+    fields_of,
+    name_path,
+    plain,
+    type_error,
+    value_error,
+)
 from otel_mcp_replay.telemetry import Policy
 
 LABEL: Final = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
-# A name shown in a field path. Dotted ones are shown quoted, `tools["web.fetch"]`, so no dot of
-# theirs reads as a step of the path.
-_PLAIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", re.ASCII)
-_DOTTED_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", re.ASCII)
 
 _FIELDS: Final = frozenset(("policy", "label", "tools", "deduplicates", "adapter"))
 _TOOL_FIELDS: Final = frozenset(("on", "changes"))
 _DEDUP_FIELDS: Final = frozenset(("argument",))
 _DECLARABLE: Final = frozenset(t.DECLARABLE_KINDS)
-
-
-# --- refusals that name a field ----------------------------------------------------------------
-
-
-class DeclarationTypeError(TypeError):
-    """A field of the wrong type, or one nobody declared. `field` is its path; no value is kept."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(f"{field}: {why}")
-        self.field = field
-
-
-class DeclarationValueError(ValueError):
-    """A field whose value the rule cannot mean. `field` is its path; no value is kept."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(f"{field}: {why}")
-        self.field = field
-
-
-def type_error(path: str, why: str) -> NoReturn:
-    raise DeclarationTypeError(path, why)
-
-
-def value_error(path: str, why: str) -> NoReturn:
-    raise DeclarationValueError(path, why)
-
-
-def field_path(where: str, name: str) -> str:
-    """`where.name`: the path of a field the plugin knows (its names are all plain)."""
-    return f"{where}.{name}" if where else name
-
-
-def _name_path(where: str, name: str, ordinal: int) -> str:
-    """The path of an entry the app named (a tool): its name when plain, else its ordinal in the
-    mapping (a tool name may hold anything: what is not a name may be a secret)."""
-    if _PLAIN_NAME.fullmatch(name):
-        return field_path(where, name)
-    if _DOTTED_NAME.fullmatch(name):
-        return f'{where}["{name}"]'
-    return f"{where}[{ordinal}]"
-
-
-def fields_of(raw: object, where: str, known: frozenset[str]) -> Mapping[str, object]:
-    """`raw` as a mapping holding only `known` fields, or a refusal naming the first stranger."""
-    if not isinstance(raw, Mapping):
-        type_error(where or "declaration", "must be a mapping")
-    for position, key in enumerate(raw):
-        if not isinstance(key, str):
-            type_error(where or "declaration", "has a field name that is not a string")
-        if key not in known:
-            # A plain name is shown (a misspelt `chnages`); anything else could be a value written
-            # where a field belongs (an endpoint URL with its credentials), so it is only counted.
-            if _PLAIN_NAME.fullmatch(plain(key)):
-                type_error(field_path(where, plain(key)), "unknown field")
-            type_error(where or "declaration", f"has an unknown field (field {position} of the mapping)")
-    return raw
-
-
-def plain(value: str) -> str:
-    """An exact str of `value`'s characters: a subclass's __str__, __eq__ or __hash__ never reaches
-    the declaration, whose names are compared on every request."""
-    return str.__str__(value)
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_Frozen = TypeVar("_Frozen")
-
-
-_FIELD_NAMES: Final[dict[type, tuple[str, ...]]] = {}
-
-
-def built_checked(cls: type[_Frozen], **values: Any) -> _Frozen:
-    """A frozen dataclass holding `values`, each already checked by its one checker: the
-    constructor's own check (for a direct build) is not run a second time."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(each.name for each in fields(cls))  # type: ignore[arg-type]
-    instance: _Frozen = object.__new__(cls)
-    for name in names:
-        object.__setattr__(instance, name, values[name])
-    return instance
 
 
 # --- the checks, one per field -----------------------------------------------------------------
@@ -234,7 +153,7 @@ class Declaration:
         for i, (name, entry) in enumerate(self.tools.items()):
             tool = _tool_name(name, "tools")
             if type(entry) is not ToolEntry:
-                type_error(_name_path("tools", tool, i), "must be a ToolEntry")
+                type_error(name_path("tools", tool, i), "must be a ToolEntry")
             tools[tool] = entry
         object.__setattr__(self, "tools", MappingProxyType(tools))
 
@@ -276,7 +195,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
             type_error(path, "must be a mapping of tool name to entry")
         for i, (name, raw_entry) in enumerate(raw_tools.items()):
             tool = _tool_name(name, path)
-            tools[tool] = _tool_entry_of(raw_entry, _name_path(path, tool, i))
+            tools[tool] = _tool_entry_of(raw_entry, name_path(path, tool, i))
     return built_checked(
         Declaration,
         policy=policy,

@@ -17,7 +17,8 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
-from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, declaration_of, type_error, value_error
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, declaration_of
+from otel_mcp_replay.fields import type_error, value_error
 
 _HOST: Final = re.compile(r"[a-z0-9_.-]{1,253}", re.ASCII)
 _IPV6: Final = re.compile(r"[0-9a-f:.]{2,45}", re.ASCII)

@@ -38,6 +38,8 @@ from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, Stor
 from otel_mcp_replay.telemetry import GuardStoreFailure as StoreFailure
 from otel_mcp_replay.telemetry import GuardStoreOperation as StoreOperation
 
+_logger = logging.getLogger(__name__)
+
 CAPACITY: Final = 4096
 DEFAULT_STORE_TIMEOUT_MS: Final = 50
 
@@ -185,7 +187,7 @@ class SharedStore:
     is told when it fails: once at WARNING (a credential refused: once at ERROR, and the store is
     no longer asked), and each time in the fallback metric."""
 
-    __slots__ = ("_count", "_logger", "_told", "bound_s", "disabled", "secret", "store")
+    __slots__ = ("_count", "_told", "bound_s", "disabled", "secret", "store")
 
     def __init__(
         self,
@@ -193,14 +195,12 @@ class SharedStore:
         secret: bytes,
         bound_s: float,
         count: Callable[[StoreOperation, StoreFailure], None],
-        log: logging.Logger,
     ) -> None:
         self.store = store
         self.secret = secret
         self.bound_s = bound_s
         self.disabled = False
         self._count = count
-        self._logger = log
         self._told = False
 
     async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | Failed:
@@ -220,7 +220,7 @@ class SharedStore:
                 failure = "credential"
                 if not self.disabled:
                     self.disabled = True
-                    self._logger.error(
+                    _logger.error(
                         "otel-mcp-replay: %s: the store refused the credential; the repeat guard stays "
                         "in-process",
                         ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
@@ -231,7 +231,7 @@ class SharedStore:
         if not self._told and failure != "credential":
             self._told = True
             # Its kind only, never its text: a client's error may quote the URL.
-            self._logger.warning(
+            _logger.warning(
                 "otel-mcp-replay: %s: the store gave no answer (%s; the bound is %d ms); the repeat "
                 "guard falls back to this process's memory for each such call, and is shared again "
                 "when the store answers (counted in mcp.client.replay.guard.store.fallbacks)",

@@ -11,16 +11,12 @@ the caller's loop (one client per loop); under trio the sync client runs in a wo
 from __future__ import annotations
 
 import asyncio
-import urllib.parse
 import weakref
 from typing import Any, Final, Protocol
 
 import anyio.to_thread
 
-from otel_mcp_replay.declaration import type_error, value_error
-
 PREFIX: Final = "otel-mcp-replay:guard:"
-SCHEMES: Final = frozenset(("redis", "rediss"))
 
 
 class StoreCredentialRefused(Exception):
@@ -41,35 +37,6 @@ class GuardStore(Protocol):
     async def is_armed(self, key: str) -> bool: ...
 
     async def clear(self, key: str) -> None: ...
-
-
-def check_store_url(value: object, path: str) -> str | None:
-    """`value` as the store's URL: None (no store), or a `redis://`/`rediss://` URL naming a host,
-    with a valid port and database. A refusal names `path`, never the URL (it may hold a password)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        type_error(path, "must be a redis:// or rediss:// URL (a string)")
-    text = value.strip()
-    problem: str | None = None
-    try:
-        parts = urllib.parse.urlsplit(text)
-        host, _port = parts.hostname, parts.port  # the port raises ValueError unless a number in range
-    except ValueError:
-        problem = "is not a valid URL"
-    else:
-        database = parts.path.lstrip("/")
-        if parts.scheme.lower() not in SCHEMES:
-            problem = "must be a redis:// or rediss:// URL"
-        elif not host:
-            problem = "must name a host"
-        elif database and not (database.isascii() and database.isdigit()):
-            problem = "must name the database as a number (redis://host:port/0)"
-        elif any(c.isspace() or ord(c) < 0x20 for c in text):
-            problem = "must not hold blanks or control characters"
-    if problem is not None:  # outside the handler: no parser error (which may quote it) is chained
-        value_error(path, problem)
-    return text
 
 
 class RedisStore:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import weakref
 from collections.abc import Callable, Collection
@@ -28,12 +29,14 @@ from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
 from otel_mcp_replay.policy import RetryBudgets
-from otel_mcp_replay.record import Vouches
+from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
-from otel_mcp_replay.runtime import Instruments, Runtime, logger
+from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
 from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
+
+_logger = logging.getLogger(__name__)
 
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -120,7 +123,7 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
 
             store = RedisStore(settings.repeat_guard_store, bound_s)
         except ImportError:
-            logger.error(
+            _logger.error(
                 "otel-mcp-replay: %s needs the redis client (pip install 'otel-mcp-replay[redis]'); "
                 "the repeat guard stays in-process",
                 ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
@@ -134,7 +137,6 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
                 lambda operation, failure: fallbacks.add(
                     1, {GUARD_STORE_OPERATION: operation, GUARD_STORE_FAILURE: failure}
                 ),
-                logger,
             )
     return RepeatGuard(settings.repeat_guard_s, shared=shared)
 
@@ -150,14 +152,14 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     _wrapped: list[tuple[str, str]] = []
     # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
-    # per process: the redaction wrappers count refused records on its meter).
+    # per process: the configurator's redaction wrappers count refused records on its meter).
     _runtime: Runtime | None = None
     # Exporters the app's spans reach without redaction, already told at WARNING (made on first use:
     # instrument() may run many times, each exporter is told once).
     _told_unredacted: weakref.WeakSet[object] | None = None
-    # The records this process's calls filed, vouched for to the redaction wrappers (made on first
-    # use, one per process as this instrumentor is: the wrappers may be built before or after
-    # instrument(), and read the very vouches every runtime files into).
+    # The records this process's calls filed, vouched for to the redaction wrappers given them (the
+    # configurator's; made on first use, one per process as this instrumentor is: the wrappers may
+    # be built before or after instrument(), and read the very vouches every runtime files into).
     _vouches: Vouches | None = None
     # The refused-records counter on the global meter provider's meter, for a redaction wrapper
     # that refuses a record while nothing is instrumented (made on first use).
@@ -179,14 +181,15 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return self._vouches
 
     def count_refused(self) -> None:
-        """A record refused by the redaction allow-list: counted on the meter of the runtime in
-        force, else (the redaction runs without the plugin instrumented) on the global provider's."""
+        """A record refused by the redaction allow-list (the configurator's wrappers' `on_refused`):
+        counted on the meter of the runtime in force, else (the redaction runs without the plugin
+        instrumented) on the global provider's."""
         rt = self._runtime
         if rt is not None:
             rt.instruments.records_refused.add(1)
             return
         if self._refused_uninstrumented is None:
-            self._refused_uninstrumented = Instruments.on(get_meter(INSTRUMENTATION_NAME)).records_refused
+            self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._refused_uninstrumented.add(1)
 
     def _instrument(self, **kwargs: Any) -> None:

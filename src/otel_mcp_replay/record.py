@@ -22,6 +22,7 @@ from operator import countOf, is_
 from typing import Any, Final, Literal, NamedTuple, cast
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.metrics import Counter, Meter
 from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
@@ -42,7 +43,7 @@ _WORDS_PERMISSION: Final = frozenset(t.ATTEMPT_PERMISSIONS)
 class AttemptRow(NamedTuple):
     """One HTTP attempt of a `tools/call`, as its record lists it.
 
-    A named tuple (immutable) so that build_record turns rows into columns with one transpose in C.
+    A named tuple (immutable) so that call_record turns rows into columns with one transpose in C.
     """
 
     status: int  # 0 when no response came
@@ -61,6 +62,16 @@ class RecordRefused(ValueError):
     def __init__(self, field: str) -> None:
         super().__init__(f"request_attempts record refused at {field}")
         self.field = field
+
+
+def refused_records_counter(meter: Meter) -> Counter:
+    """The counter of records refused whole, on `meter`: one definition for the calls that refuse
+    their own record (runtime.Instruments) and the redaction wrappers that refuse one."""
+    return meter.create_counter(
+        t.METRIC_RECORDS_REFUSED,
+        unit="{record}",
+        description="request_attempts records refused whole by the allow-list",
+    )
 
 
 def is_endpoint(value: object) -> bool:
@@ -202,8 +213,8 @@ def validate_record(raw: object) -> dict[str, AttributeValue] | None:
         return None
 
 
-def _refused(key: str, given: dict[object, object] | None) -> RecordRefused:
-    return RecordRefused(key if given is None or key in given else f"{key} (missing)")
+def _refused(key: str, given: dict[object, object]) -> RecordRefused:
+    return RecordRefused(key if key in given else f"{key} (missing)")
 
 
 def _read(raw: object) -> dict[str, AttributeValue]:
@@ -217,9 +228,9 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     return _checked(given, *[get(key, _MISSING) for key in t.RECORD_KEYS])
 
 
-def _checked(given: dict[object, object] | None, *values: object) -> dict[str, AttributeValue]:
+def _checked(given: dict[object, object], *values: object) -> dict[str, AttributeValue]:
     """The record of `values` (in telemetry.RECORD_KEYS' order) as a fresh dict, every value checked;
-    `given` is the mapping they were read from (None: build_record's own arguments, none missing)."""
+    `given` is the mapping they were read from."""
     (policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round) = values[
         :10
     ]
@@ -265,47 +276,6 @@ def _checked(given: dict[object, object] | None, *values: object) -> dict[str, A
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
 
-def build_record(
-    *,
-    policy: Policy,
-    sent: int,
-    effect: Effect,
-    verdict: CallVerdict,
-    may_have_run: bool,
-    endpoint: str,
-    tool: str,
-    request_id: str,
-    rows: Sequence[AttemptRow],
-    call_round: int = 1,
-) -> dict[str, AttributeValue]:
-    """The record of one `tools/call`, allow-listed at build.
-
-    At most telemetry.MAX_RECORD_ROWS rows are listed: the FIRST ones and the LAST one (the last
-    attempt decides what the caller saw, so it is never dropped). The attempts between are counted
-    in `mcp.replay.omitted`; they are the ones just before the last row.
-
-    Raises RecordRefused (a ValueError naming the key, never a value) when any argument is outside
-    the allow-list: the caller files nothing rather than a trimmed record. `call_round` is the
-    round of a multi-round call (SEP-2322) the record is of: 1 for the first, and for every other call.
-    """
-    omitted, columns = _columns(rows)
-    # Checked as _read checks a record, straight from the arguments: no dict to copy and read back.
-    return _checked(
-        None,
-        policy,
-        sent,
-        effect,
-        verdict,
-        may_have_run,
-        endpoint,
-        omitted,
-        tool,
-        request_id,
-        call_round,
-        *columns,
-    )
-
-
 def call_record(
     *,
     policy: Policy,
@@ -319,14 +289,20 @@ def call_record(
     rows: Sequence[AttemptRow],
     call_round: int,
 ) -> dict[str, AttributeValue]:
-    """The record of a call this library ran itself (call.py), rows listed as build_record lists them.
+    """The record of a call this library ran itself (call.py).
+
+    At most telemetry.MAX_RECORD_ROWS rows are listed: the FIRST ones and the LAST one (the last
+    attempt decides what the caller saw, so it is never dropped). The attempts between are counted
+    in `mcp.replay.omitted`; they are the ones just before the last row. `call_round` is the round
+    of a multi-round call (SEP-2322) the record is of: 1 for the first, and for every other call.
 
     Its words are this library's own, typed at their source (telemetry's Literals, `law.classify`'s
     outcomes, the policy's waits) and its counts its own; so only what came from outside is checked
     here: the tool's name (the app's), the request id (the request's), the endpoint (a URL's origin or
     the declaration's label) and each status (the server's). What passes is a record the full
     allow-list accepts (tests/law/test_record.py proves it over every word). Raises RecordRefused
-    as build_record does."""
+    (a ValueError naming the key, never a value) for an outside value the allow-list refuses: the
+    caller files nothing rather than a trimmed record."""
     if not is_sane_text(tool):
         raise RecordRefused(t.GEN_AI_TOOL_NAME)
     if not is_sane_text(request_id, allow_empty=False):
@@ -359,7 +335,7 @@ def _columns(rows: Sequence[AttemptRow]) -> tuple[int, tuple[tuple[object, ...],
 class Vouches:
     """The records this library filed, as the SDK stored them.
 
-    build_record's record passed the allow-list at build. Once the SDK has stored it on an event,
+    call_record's record passed the allow-list at build. Once the SDK has stored it on an event,
     in a BoundedAttributes it made immutable, it cannot change: the redaction may read it back
     without checking its cells again (a full record's 500 cells cost more than the rest of a span's
     redaction). Only the very object vouched for is trusted: the weak reference proves that the id
@@ -381,7 +357,7 @@ class Vouches:
         return self
 
     def vouch(self, stored: object, built: Mapping[str, object]) -> bool:
-        """Vouch for `stored`, an event's attributes as the SDK stored build_record's `built`, when
+        """Vouch for `stored`, an event's attributes as the SDK stored call_record's `built`, when
         it holds exactly `built` (the SDK cuts values past its length limit and drops keys past its
         count limit: such a record is left to the whole check, which refuses it). For
         `file` only, right after it added `built`, unchanged, to the call's span."""
@@ -396,7 +372,7 @@ class Vouches:
         return True
 
     def file(self, span: Any, record: Mapping[str, AttributeValue]) -> None:
-        """Add build_record's `record` to the call's span, vouched for as the SDK stored it."""
+        """Add call_record's `record` to the call's span, vouched for as the SDK stored it."""
         span.add_event(t.RECORD_EVENT, record)
         if self.active:
             events = getattr(span, "events", None)  # an SDK span's; a non-recording one has none

@@ -6,9 +6,10 @@ instrumentation binds its hooks); `uninstrument()` unwraps them. What must be sh
 of the process (each endpoint's retry budget, what each session was declared under, where records
 are vouched for) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's carrier:
 `patches/carrier.Carriage`; the legacy-SSE connections: `patches/sse.SseConnections`); the runtime
-in force, and the vouches the redaction wrappers read, are the instrumentor's (one per process, as
-BaseInstrumentor is): no module global holds what a call or the redaction changes. A runtime built
-from a configuration error is `fail_closed`: nothing repeats, spans still record."""
+in force, and the vouches the configurator hands its redaction wrappers, are the instrumentor's
+(one per process, as BaseInstrumentor is): no module global holds what a call or the redaction
+changes. A runtime built from a configuration error is `fail_closed`: nothing repeats, spans still
+record."""
 
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, SpanEndpoint, origin_of, span_endpoint_of
 from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.policy import RetryBudgets
-from otel_mcp_replay.record import Vouches
+from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.settings import Settings
 
-logger = logging.getLogger("otel_mcp_replay")
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,7 @@ class Instruments:
             calls=meter.create_counter(
                 t.METRIC_CALLS, unit="{call}", description="MCP tool calls, by verdict and effect"
             ),
-            records_refused=meter.create_counter(
-                t.METRIC_RECORDS_REFUSED,
-                unit="{record}",
-                description="request_attempts records refused whole by the allow-list",
-            ),
+            records_refused=refused_records_counter(meter),
             guard_store_fallbacks=meter.create_counter(
                 t.METRIC_GUARD_STORE_FALLBACKS,
                 unit="{operation}",
@@ -96,7 +93,8 @@ class Runtime:
     budgets: RetryBudgets = field(default_factory=lambda: RetryBudgets((100, 0.1)))
     fail_closed: bool = False
     rng: random.Random = field(default_factory=random.Random)
-    logger: logging.Logger = logger
+    # What the path logs through (call.py): every module logs on its own `__name__`.
+    logger: logging.Logger = _logger
     # An endpoint's origin, parsed once, not per request: an app talks to a handful of endpoints.
     origin: Callable[[str], str] = field(default_factory=lambda: functools.lru_cache(maxsize=256)(origin_of))
     # The same endpoint as the spans name it (host, port, scheme, url.full without path or query).

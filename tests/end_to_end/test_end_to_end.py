@@ -35,6 +35,7 @@ from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.config import servers_from_config_file
+from otel_mcp_replay.policy import BACKOFF_BASE_MS
 from otel_mcp_replay.redaction import MASK
 
 if sys.version_info >= (3, 11):
@@ -296,7 +297,10 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
     assert record[t.ATTEMPTS_PERMISSION] == ["first", "app"]
     assert record[t.ATTEMPTS_EFFECT] == ["unknown", "applied"]
     first, second = attempts(run, charge)
-    assert t.HTTP_STATUS_CODE not in first and first[t.FAILURE] == "network" and first[t.WAIT_MS] >= 0
+    assert t.HTTP_STATUS_CODE not in first and first[t.FAILURE] == "network"
+    # The first repeat's equal-jitter backoff (policy.backoff_ms): half the base fixed, half drawn.
+    assert BACKOFF_BASE_MS // 2 <= first[t.WAIT_MS] < BACKOFF_BASE_MS
+    assert first[t.WAIT_MS] == record[t.ATTEMPTS_WAIT_MS][0]
     assert second[t.PERMISSION_BY] == "app" and second[t.PERMISSION_ON] == "network"
 
     # send_email (changes, no key): cut after it ran, never repeated, the caller told it may have run.

@@ -32,7 +32,8 @@ from google.adk.runners import InMemoryRunner
 from google.adk.tools.mcp_tool import McpToolset, SseConnectionParams, StreamableHTTPConnectionParams
 from google.genai import types
 from pydantic import Field
-from tests.frameworks.scenarios import (
+from tests.support.calls import declared
+from tests.support.scenarios import (
     DEADLINE_S,
     EMAIL,
     MAY_HAVE_RUN,
@@ -41,12 +42,11 @@ from tests.frameworks.scenarios import (
     SEARCH_RESULT,
     call_span_and_ancestry,
     children_of,
-    declared,
     is_sse,
     posted_status,
 )
+from tests.support.telemetry import Telemetry, records, the_record
 
-from conftest import Telemetry, records, the_record
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import telemetry as t

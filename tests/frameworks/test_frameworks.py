@@ -42,8 +42,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, Te
 from pydantic_ai.messages import ModelResponse as PydanticResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, records, the_record
 
-from conftest import Telemetry, declared, records, the_record
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError

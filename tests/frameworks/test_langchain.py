@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, records
 
-from conftest import Telemetry, declared, records
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import UnknownEffectError

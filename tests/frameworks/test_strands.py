@@ -29,7 +29,8 @@ from strands import Agent
 from strands.models.model import Model
 from strands.tools.mcp import MCPClient
 from strands.types.tools import ToolResult
-from tests.frameworks.scenarios import (
+from tests.support.calls import declared
+from tests.support.scenarios import (
     EMAIL,
     MAY_HAVE_RUN,
     NOT_SENT,
@@ -37,12 +38,11 @@ from tests.frameworks.scenarios import (
     SEARCH_RESULT,
     call_span_and_ancestry,
     children_of,
-    declared,
     is_sse,
     posted_status,
 )
+from tests.support.telemetry import Telemetry, records, the_record
 
-from conftest import Telemetry, records, the_record
 from harness.faults import DropAfterExecution, Throttle, retryable_conflict
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import telemetry as t

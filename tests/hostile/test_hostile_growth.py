@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from tests.growth import assert_linear
+from tests.support.growth import assert_linear
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.answers import SseAnswers

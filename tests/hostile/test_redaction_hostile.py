@@ -23,8 +23,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
-from tests.growth import assert_linear, work_of
-from tests.redaction.test_redaction import Pipeline, every_string, full_record, span_with
+from tests.support.growth import assert_linear, work_of
+from tests.support.records import full_record
+from tests.support.redaction import Pipeline, every_string, span_with
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import validate_record

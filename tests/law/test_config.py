@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, attempt_spans, the_record
 
-from conftest import Telemetry, attempt_spans, declared, the_record
 from harness.faults import Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import McpReplayInstrumentor

@@ -1,6 +1,7 @@
 """A record this library filed is read back by the redaction without checking every cell again.
 
-It was checked whole at build (build_record ends in the allow-list's own check), and once the SDK
+It was checked at build (call_record checks what came from outside; its words are the plugin's
+own, typed, and tests/law/test_record.py proves them in the allow-list), and once the SDK
 has stored it on an event it cannot change: the redaction trusts that very object, and nothing
 else. Every record anyone else wrote is still checked whole, and a record the SDK changed on the
 way in (its length or count limits) is left to that check.
@@ -13,19 +14,22 @@ from typing import Any
 
 import pytest
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tests.redaction.test_redaction import full_record
+from tests.support.calls import declared
+from tests.support.records import full_record
 
-from conftest import declared
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules
+from otel_mcp_replay.redaction import RedactingSpanProcessor, RedactionRules, wrappers
 from otel_mcp_replay.redaction import rules as redaction_module
 
 pytestmark = pytest.mark.anyio
-# The process's vouches: the one instrumentor's, which every runtime files into and every wrapper reads.
+# The process's vouches: the one instrumentor's, which every runtime files into and the wrappers
+# given them (the configurator's) read.
 VOUCHES = McpReplayInstrumentor().vouches
 vouch, vouched_record = VOUCHES.vouch, VOUCHES.record
 
@@ -51,7 +55,7 @@ class Checks:
 def pipeline(**limits: Any) -> tuple[TracerProvider, InMemorySpanExporter, RedactingSpanProcessor]:
     exporter = InMemorySpanExporter()
     processor = RedactingSpanProcessor(
-        SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+        SimpleSpanProcessor(exporter), RedactionRules(), vouches=VOUCHES, on_refused=lambda: None
     )
     provider = TracerProvider(span_limits=SpanLimits(**limits)) if limits else TracerProvider()
     provider.add_span_processor(processor)
@@ -84,6 +88,26 @@ def test_the_same_record_written_by_other_code_gets_the_whole_check(monkeypatch:
     assert dict(exported.events[0].attributes or {}) == built
 
 
+def test_a_wrapper_the_app_builds_itself_checks_even_a_filed_record_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No vouches given (an app's own wrapper): nothing is trusted, and the record the plugin filed
+    is checked whole, and passes."""
+    checks = Checks(monkeypatch)
+    exporter = InMemorySpanExporter()
+    processor = RedactingSpanProcessor(SimpleSpanProcessor(exporter), RedactionRules())
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    built = a_record()
+    span = provider.get_tracer("t").start_span("tools/call search")
+    VOUCHES.file(span, built)
+    span.end()
+    (exported,) = exporter.get_finished_spans()
+    assert checks.calls == 1
+    assert dict(exported.events[0].attributes or {}) == built
+    assert processor.refused_count == 0
+
+
 def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> None:
     provider, exporter, processor = pipeline()
     spoiled = dict(a_record(3))
@@ -94,6 +118,36 @@ def test_a_record_written_by_other_code_outside_the_list_is_still_refused() -> N
     (exported,) = exporter.get_finished_spans()
     assert [event.name for event in exported.events] == [t.RECORD_REFUSED_EVENT]
     assert processor.refused_count == 1
+
+
+def test_a_wrapper_the_app_builds_itself_counts_a_refusal_on_the_global_meter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No on_refused given: the refused-records counter on the global meter provider's meter (the
+    provider here is the test's, handed out where the wrapper asks for the global one)."""
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(wrappers, "get_meter", meters.get_meter)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(RedactingSpanProcessor(SimpleSpanProcessor(exporter), RedactionRules()))
+    spoiled = dict(a_record(3))
+    spoiled[t.ATTEMPTS_FAILURE] = ("throttle", "throttle", "sk-live-CANARY")
+    for _ in range(2):
+        span = provider.get_tracer("t").start_span("tools/call search")
+        span.add_event(t.RECORD_EVENT, spoiled)
+        span.end()
+    data = reader.get_metrics_data()
+    assert data is not None
+    counted = [
+        point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == t.METRIC_RECORDS_REFUSED
+        for point in metric.data.data_points
+    ]
+    assert counted == [2]
 
 
 @pytest.mark.parametrize(
@@ -171,6 +225,8 @@ def test_without_a_redaction_wrapper_nothing_is_vouched(monkeypatch: pytest.Monk
     assert vouched_record(span.events[0].attributes) is None  # type: ignore[attr-defined]
     span.end()
     RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules())
+    assert not VOUCHES.active  # an app's own wrapper reads no vouches
+    RedactingSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter()), RedactionRules(), vouches=VOUCHES)
     assert VOUCHES.active
 
 
@@ -204,7 +260,7 @@ async def test_a_real_call_files_a_vouched_record(
     if not wrapper_first:
         exporter = InMemorySpanExporter()
         processor = RedactingSpanProcessor(
-            SimpleSpanProcessor(exporter), RedactionRules(), on_refused=lambda: None
+            SimpleSpanProcessor(exporter), RedactionRules(), vouches=VOUCHES, on_refused=lambda: None
         )
         provider.add_span_processor(processor)
         provider.add_span_processor(SimpleSpanProcessor(plain))

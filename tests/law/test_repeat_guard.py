@@ -9,8 +9,9 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, records
 
-from conftest import Telemetry, declared, records
 from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import RepeatRefusedError, UnknownEffectError, repeat_confirmed

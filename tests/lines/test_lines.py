@@ -18,8 +18,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, attempt_spans, decided_attempts, records, the_record
 
-from conftest import Telemetry, attempt_spans, declared, records, the_record
 from harness.faults import DropAfterExecution, DropMidBody, Fault, SseWithoutAnswer, Status, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError
@@ -185,7 +186,10 @@ async def test_a_caller_giving_up_in_a_retry_after_wait_leaves_the_session_alive
         # The caller's own cancel, not held for the Retry-After: a held one returns only after the
         # repeat was sent.
         assert server.counters.tool_posts("search") == 1
-        await anyio.sleep(2.2)  # past the Retry-After: a series still running would have repeated
+        # Its one attempt decided without a repeat (declined at the cancel): the series is over.
+        (first,) = await decided_attempts(telemetry)
+        assert t.WAIT_MS not in (first.attributes or {}) and t.DECLINED in (first.attributes or {})
+        assert server.counters.tool_posts("search") == 1
         with anyio.fail_after(10):
             assert not is_error(await session.call_tool("search", {"query": "next"}))
     assert server.counters.tool_posts("search") == 2  # the refused one, and the next call's

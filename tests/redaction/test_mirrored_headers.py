@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -26,9 +25,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.support.autoinstrument import under_instrument
+from tests.support.telemetry import Telemetry, records
 
 import otel_mcp_replay
-from conftest import Telemetry, records
 from harness.client import ERAS, Client, McpError
 from harness.receiver import OtlpReceiver
 from harness.server import Counters, ServerHandle, build_server, running_server
@@ -180,23 +180,7 @@ def run_app(
             "OTEL_PYTHON_MCP_REPLAY_SERVERS": json.dumps(declared(server)),
         }
     )
-    done = subprocess.run(
-        [
-            str(BIN / "opentelemetry-instrument"),
-            str(BIN / "python"),
-            str(script),
-            server.url,
-            mode,
-            ACCOUNT,
-            KEY,
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    done = under_instrument(tmp_path, env, script, server.url, mode, ACCOUNT, KEY)
     assert done.returncode == 0 and "app-done" in done.stdout, done.stderr[-3000:]
     assert "Failed to auto initialize" not in done.stderr
 

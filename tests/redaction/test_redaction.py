@@ -19,13 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from tests.support.records import full_record
+from tests.support.redaction import Capture, Pipeline, every_string, span_with
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.record import AttemptRow, build_record, validate_record
+from otel_mcp_replay.record import validate_record
 from otel_mcp_replay.redaction import (
     ENV_REDACT_KEYS,
     ENV_REDACT_VALUES,
@@ -39,79 +41,6 @@ from otel_mcp_replay.redaction import (
 )
 
 SESSION_KEY = "a-test-session-key-of-enough-bytes"
-
-
-class Pipeline:
-    """A provider whose every span goes through redaction into an in-memory exporter."""
-
-    def __init__(self, rules: RedactionRules | None = None, **provider: Any) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.refused_hook_calls = 0
-        self.processor = RedactingSpanProcessor(
-            SimpleSpanProcessor(self.exporter),
-            RedactionRules() if rules is None else rules,
-            on_refused=self._hook,
-        )
-        self.provider = TracerProvider(
-            resource=Resource.create({"service.name": "redaction-test"}), **provider
-        )
-        self.provider.add_span_processor(self.processor)
-        self.tracer: Tracer = self.provider.get_tracer("redaction-test", "1.2.3")
-
-    def _hook(self) -> None:
-        self.refused_hook_calls += 1
-
-    def spans(self) -> tuple[ReadableSpan, ...]:
-        return self.exporter.get_finished_spans()
-
-    def one(self, **attributes: Any) -> ReadableSpan:
-        """One span carrying `attributes` (keys with dots passed through a dict)."""
-        with self.tracer.start_as_current_span("work") as span:
-            span.set_attributes(attributes)
-        return self.spans()[-1]
-
-
-def span_with(attributes: Mapping[str, Any], rules: RedactionRules | None = None) -> dict[str, Any]:
-    pipeline = Pipeline(rules)
-    with pipeline.tracer.start_as_current_span("work") as span:
-        span.set_attributes(attributes)
-    return dict(pipeline.spans()[0].attributes or {})
-
-
-def full_record(rows: int = 100, **overrides: Any) -> dict[str, Any]:
-    listed = [AttemptRow(429, "throttle", "none", "app" if i else "first", 100) for i in range(rows)]
-    fields: dict[str, Any] = {
-        "policy": "app-authorized",
-        "sent": rows,
-        "effect": "none",
-        "verdict": "failed",
-        "may_have_run": False,
-        "endpoint": "billing",
-        "tool": "search",
-        "request_id": "7",
-        "rows": listed,
-    }
-    fields.update(overrides)
-    return build_record(**fields)
-
-
-def every_string(span: ReadableSpan) -> Iterator[str]:
-    """Every string an exporter could send from this span's attributes, events, links and status."""
-
-    def strings(attributes: Mapping[str, Any] | None) -> Iterator[str]:
-        for key, value in (attributes or {}).items():
-            yield key
-            items = value if isinstance(value, (tuple, list)) else (value,)
-            yield from (str(item) for item in items)
-
-    yield from strings(span.attributes)
-    for event in span.events:
-        yield event.name
-        yield from strings(event.attributes)
-    for link in span.links:
-        yield from strings(link.attributes)
-    if span.status.description:
-        yield span.status.description
 
 
 # -- sensitive keys --------------------------------------------------------------------------------
@@ -446,14 +375,6 @@ def test_the_hook_may_raise_without_stopping_spans() -> None:
 
 
 # -- what is kept ------------------------------------------------------------------------------------
-
-
-class Capture(SpanProcessor):
-    def __init__(self) -> None:
-        self.ended: list[ReadableSpan] = []
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.ended.append(span)
 
 
 def test_everything_but_the_values_is_kept() -> None:

@@ -9,217 +9,28 @@ distro's plain configurator, shows the same canaries do leak without ours: the c
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import os
 import subprocess
-import sys
 import textwrap
-import threading
-from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pytest
-from packaging.version import Version
+from tests.support.autoinstrument import (
+    BIN,
+    CANARIES,
+    SOURCE,
+    Target,
+    http_client_spans,
+    leaked,
+    needs_httpx2_spans,
+    run_instrumented,
+    session_hash,
+)
 
-import otel_mcp_replay
-from harness.receiver import OtlpReceiver, SpanDict
+from harness.receiver import OtlpReceiver
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.redaction import ENV_REDACT_VALUES, ENV_SESSION_KEY, MASK
-
-BIN = Path(sys.executable).parent
-SESSION_KEY = "end-to-end-session-key-0123456789"
-
-CANARIES = {
-    "USER": "usr-Canary71",
-    "PASS": "pwd-Canary72",
-    "TOKEN": "tok-Canary73",
-    "BEARER": "brr-Canary74",
-    "SESSION": "ses-Canary75",
-    "PASSWORD": "dbp-Canary76",
-    "COOKIE": "ck-Canary77",
-    "CUSTOMER": "CUST-7700123",
-}
-
-SCRIPT = textwrap.dedent(
-    """
-    import asyncio
-    import json
-    import sys
-
-    import httpx2
-    from opentelemetry import trace
-
-    c = json.loads(sys.argv[1])
-    port = int(sys.argv[2])
-    base = f"http://127.0.0.1:{port}"
-    tracer = trace.get_tracer("canary-app")
-
-    with tracer.start_as_current_span("app-work") as span:
-        span.set_attribute("mcp.session.id", c["SESSION"])
-        span.set_attribute("app.db.password", c["PASSWORD"])
-        span.set_attribute("app.note", "order for " + c["CUSTOMER"])
-        with httpx2.Client() as client:
-            url = f"http://{c['USER']}:{c['PASS']}@127.0.0.1:{port}/tools/list?a=1&token={c['TOKEN']}"
-            answer = client.get(url, headers={"Authorization": "Bearer " + c["BEARER"]})
-            assert answer.status_code == 200, answer.status_code
-
-        async def post() -> None:
-            async with httpx2.AsyncClient() as client:
-                answer = await client.post(
-                    f"{base}/mcp?token={c['TOKEN']}",
-                    headers={"authorization": "Bearer " + c["BEARER"], "mcp-session-id": c["SESSION"]},
-                    content=b"{}",
-                )
-                assert answer.status_code == 200, answer.status_code
-
-        asyncio.run(post())
-    print("script-done")
-    """
-)
-
-
-class Target(ThreadingHTTPServer):
-    """The app's HTTP peer on 127.0.0.1: answers 200, hands back a cookie and the session header."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, str]]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-                self.send_response(200)
-                self.send_header("set-cookie", f"sid={CANARIES['COOKIE']}; HttpOnly")
-                self.send_header("mcp-session-id", CANARIES["SESSION"])
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    server = Target()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as started:
-        yield started
-
-
-# The source tree this test imports: the app under test imports the same one, first on its path.
-SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
-
-
-def run_instrumented(
-    tmp_path: Path,
-    target: Target,
-    receiver: OtlpReceiver,
-    configurator: str | None,
-    *,
-    path: Sequence[Path] = (),
-    **extra_env: str,
-) -> str:
-    """Run the app under opentelemetry-instrument (with OTEL_PYTHON_CONFIGURATOR set unless
-    `configurator` is None, and `path` first on PYTHONPATH); its stderr."""
-    script = tmp_path / "app.py"
-    script.write_text(SCRIPT)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in [*path, SOURCE])
-    if configurator is not None:
-        env["OTEL_PYTHON_CONFIGURATOR"] = configurator
-    env.update(
-        {
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "redaction-e2e",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
-            # Ask the httpx2 instrumentor to record the very headers that carry secrets.
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": "authorization,mcp-session-id",
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_RESPONSE": "set-cookie,mcp-session-id",
-            # Old and new HTTP conventions both: http.url and url.full.
-            "OTEL_SEMCONV_STABILITY_OPT_IN": "http/dup",
-            ENV_SESSION_KEY: SESSION_KEY,
-            ENV_REDACT_VALUES: r"CUST-[0-9]+",
-            **extra_env,
-        }
-    )
-    done = subprocess.run(
-        [
-            str(BIN / "opentelemetry-instrument"),
-            str(BIN / "python"),
-            str(script),
-            json.dumps(CANARIES),
-            str(target.server_address[1]),
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert done.returncode == 0 and "script-done" in done.stdout, done.stderr[-3000:]
-    # Every instrumentor loaded (one raising would have stopped those after it).
-    assert "Failed to auto initialize" not in done.stderr and "Instrumenting of" not in done.stderr
-    # The requests really carried the canaries: the checks on the wire are not vacuous.
-    assert len(target.seen) == 2
-    assert all(f"token={CANARIES['TOKEN']}" in path for path, _ in target.seen)
-    assert any(CANARIES["BEARER"] in headers.get("authorization", "") for _, headers in target.seen)
-    return done.stderr
-
-
-# The app's HTTP client spans come from the httpx2 instrumentor, which opentelemetry-instrumentation-
-# httpx ships from 0.65b0 on (it needs API 1.44): the oldest-OpenTelemetry environment has no such
-# spans, and the tests that redact them have nothing to read there.
-needs_httpx2_spans = pytest.mark.skipif(
-    Version(version("opentelemetry-instrumentation-httpx")) < Version("0.65b0"),
-    reason="the httpx2 instrumentor comes with opentelemetry-instrumentation-httpx 0.65b0",
-)
-
-
-def http_client_spans(spans: list[SpanDict]) -> list[SpanDict]:
-    return [span for span in spans if "httpx" in span["scope"] and span["kind"] == "CLIENT"]
-
-
-def session_hash(session_id: str) -> str:
-    return "h:" + hmac.new(SESSION_KEY.encode(), session_id.encode(), hashlib.sha256).hexdigest()[:16]
-
-
-def leaked(raw: bytes) -> list[str]:
-    """The canaries (and the Basic form of the userinfo) found in what crossed the wire."""
-    basic = base64.b64encode(f"{CANARIES['USER']}:{CANARIES['PASS']}".encode()).decode()
-    return [name for name, value in [*CANARIES.items(), ("BASIC", basic)] if value.encode() in raw]
+from otel_mcp_replay.redaction import ENV_REDACT_VALUES, MASK
 
 
 @needs_httpx2_spans
@@ -314,6 +125,7 @@ COMPOSE = textwrap.dedent(
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from otel_mcp_replay.configurator import McpReplayConfigurator
+    from otel_mcp_replay.instrumentor import McpReplayInstrumentor
     from otel_mcp_replay.redaction import RedactingSpanExporter
 
     given = []
@@ -329,6 +141,9 @@ COMPOSE = textwrap.dedent(
         "wrapped": [type(e).__name__ for e in given],
         "inner": [type(e.inner).__name__ for e in given if isinstance(e, RedactingSpanExporter)],
         "refused": sum(e.refused_count for e in given if isinstance(e, RedactingSpanExporter)),
+        # What the configurator passed: the instrumentor's vouches and its refused-records count.
+        "vouches": [e._vouches is McpReplayInstrumentor().vouches for e in given],
+        "counted by": [e._on_refused == McpReplayInstrumentor().count_refused for e in given],
     }))
     """
 )
@@ -349,4 +164,10 @@ def test_the_configurator_wraps_every_exporter_and_keeps_a_given_processor_facto
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"wrapped": ["RedactingSpanExporter"], "inner": ["ConsoleSpanExporter"], "refused": 1}
+    assert report == {
+        "wrapped": ["RedactingSpanExporter"],
+        "inner": ["ConsoleSpanExporter"],
+        "refused": 1,
+        "vouches": [True],
+        "counted by": [True],
+    }

@@ -26,9 +26,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider
-from tests.redaction import test_redaction_autoinstrument as auto
-from tests.redaction.test_redaction_autoinstrument import (
-    OtlpReceiver,
+from tests.support.autoinstrument import (
     Target,
     http_client_spans,
     leaked,
@@ -36,14 +34,13 @@ from tests.redaction.test_redaction_autoinstrument import (
     run_instrumented,
 )
 
+from harness.receiver import OtlpReceiver
 from otel_mcp_replay.redaction import (
     RedactingSpanExporter,
     RedactingSpanProcessor,
     RedactionRules,
     check_export_path,
 )
-
-target, receiver = auto.target, auto.receiver  # the fixtures: the app's peer, the OTLP receiver
 
 LOGGER = "otel_mcp_replay"
 FIX = "OTEL_PYTHON_CONFIGURATOR=mcp_replay"

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Status, StatusCode, Tracer
-from tests.growth import work_of
-from tests.redaction.test_redaction import Capture, Pipeline, every_string, full_record
+from tests.support.growth import work_of
+from tests.support.records import full_record
+from tests.support.redaction import Capture, Pipeline, every_string
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
@@ -86,7 +87,8 @@ def side_by_side() -> tuple[Capture, Capture, Tracer]:
     raw, redacted = Capture(), Capture()
     provider = TracerProvider()
     provider.add_span_processor(raw)
-    provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules()))
+    vouches = McpReplayInstrumentor().vouches  # as the configurator passes them
+    provider.add_span_processor(RedactingSpanProcessor(redacted, RedactionRules(), vouches=vouches))
     return raw, redacted, provider.get_tracer("x")
 
 
@@ -153,7 +155,7 @@ def filed(pipeline: Pipeline, **overrides: Any) -> ReadableSpan:
 def test_a_filed_record_text_value_a_rule_would_change_is_replaced_whole(field: str, key: str) -> None:
     value = "https://origin.example:8443" if field == "endpoint" else f"Bearer {SECRET}"
     rules = RedactionRules(redact_values=[r"origin\.example"]) if field == "endpoint" else None
-    pipeline = Pipeline(rules)
+    pipeline = Pipeline(rules, vouches=McpReplayInstrumentor().vouches)
     filed(pipeline)  # a clean one first
     (event,) = filed(pipeline, **{field: value}).events
     attributes = dict(event.attributes or {})

@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.support.telemetry import Telemetry, is_attempt
 
-from conftest import Telemetry, is_attempt
 from harness.client import ERAS, is_error
 from harness.faults import DropAfterExecution, DropAtAnswer, Fault, FaultContext, Throttle
 from harness.sdk import LINE

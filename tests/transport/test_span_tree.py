@@ -18,8 +18,9 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.support.calls import declared
+from tests.support.telemetry import Telemetry, is_attempt
 
-from conftest import Telemetry, declared, is_attempt
 from harness.client import ERAS, Client, McpError, is_error
 from harness.faults import DropAfterExecution, JsonRpcError, Throttle
 from harness.sdk import LINE

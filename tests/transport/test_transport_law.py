@@ -8,11 +8,13 @@ mcp 2.x and 1.x; where the two SDKs surface an error differently, the expectatio
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
+from tests.support.calls import declared, leaves, refused_call
+from tests.support.telemetry import Telemetry, attempt_spans, records, the_record
 
-from conftest import Telemetry, attempt_spans, declared, records, refused_call, the_record
 from harness.client import Client, McpError, http, is_error
 from harness.faults import (
     DropAfterExecution,
@@ -26,6 +28,9 @@ from harness.sdk import LINE
 from harness.server import ServerHandle
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 pytestmark = pytest.mark.anyio
 
@@ -138,13 +143,14 @@ async def test_throttle_under_app_authorized_named_repeats_by_app(
 async def test_network_under_compatibility_not_named_is_not_permitted_and_the_sdk_error_stands(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """Unchanged behaviour: the SDK alone tears its transport down on a dropped POST."""
+    """Unchanged behaviour: the SDK alone tears its transport down on a dropped POST (on both lines
+    its transport's task raises the HTTP client's own error, in the session's task group)."""
     instrument(servers=declared(server, {}, COMPAT))
     server.faults.add("search", DropAfterExecution())
-    with pytest.raises(BaseException) as raised:
+    with pytest.raises(BaseExceptionGroup) as raised:
         async with Client(server.url) as client:
             await client.call_tool("search", {"query": "q"})
-    assert not isinstance(raised.value, UnknownEffectError)
+    assert [type(e) for e in leaves(raised.value)] == [http.RemoteProtocolError]
     assert server.counters.executions("search") == 1
     record = the_record(telemetry)
     assert record[t.SENT] == 1 == posts_of(server, record)

@@ -2,7 +2,11 @@
 
 The rule: the wrapped processor or exporter is handed a span only after RedactionRules.redact has
 looked at it (a redacted copy, or the very same span when no rule changed anything); a span whose
-redaction fails is dropped, never passed on raw. A refused record is counted (`on_refused`).
+redaction fails is dropped, never passed on raw. A wrapper is told what it trusts and where it
+counts, and knows nothing else of the plugin: `vouches`, the records the plugin filed (read back
+without their cell-by-cell check; None, what an app's own wrapper gets: every record checked
+whole), and `on_refused`, called once per refused record (None: the refused-records counter on the
+global meter provider). The configurator passes the instrumentor's.
 """
 
 from __future__ import annotations
@@ -11,37 +15,42 @@ import logging
 from collections.abc import Callable, Sequence
 
 from opentelemetry.context import Context
+from opentelemetry.metrics import get_meter
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction.rules import RedactionRules
+from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
 
 _logger = logging.getLogger(__name__)
 
 
 class _Wrapper:
-    """What both wrappers share: the rules, the refused-record count and hook, and delegation."""
+    """What both wrappers share: the rules, the vouches, the refused-record count and hook, and
+    delegation."""
 
     def __init__(
         self,
         inner: SpanProcessor | SpanExporter,
         rules: RedactionRules | None,
+        vouches: Vouches | None,
         on_refused: Callable[[], None] | None,
     ) -> None:
-        from otel_mcp_replay.instrumentor import McpReplayInstrumentor  # it imports the redaction
-
         self._inner = inner
-        # The one instrumentor of the process (BaseInstrumentor's singleton), instrumented or not:
-        # its vouches for the records the calls file (vouched for from now on: read here), and its
-        # refused-records counter.
-        instrumentor = McpReplayInstrumentor()
-        self._vouches = instrumentor.vouches.read()
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
-        # None: the mcp.client.replay.records.refused counter.
-        self._on_refused = on_refused if on_refused is not None else instrumentor.count_refused
+        # Read now: every record filed into them from now on is vouched for.
+        self._vouches = vouches.read() if vouches is not None else None
+        self._on_refused = on_refused if on_refused is not None else self._count_on_global_meter
         self.refused_count = 0
         self._failure_logged = False
+
+    def _count_on_global_meter(self) -> None:
+        # Made at the first refusal: most wrappers never refuse one.
+        counter = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
+        self._on_refused = lambda: counter.add(1)
+        counter.add(1)
 
     def _redact(self, span: ReadableSpan) -> ReadableSpan | None:
         try:
@@ -73,8 +82,7 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
 
     Redaction runs in `on_end`, on the thread that ends the span: behind a BatchSpanProcessor,
     prefer `BatchSpanProcessor(RedactingSpanExporter(exporter))`, which redacts on the export thread.
-    `on_refused` is called once per refused record (default: the refused-records counter);
-    `refused_count` counts them.
+    `vouches` and `on_refused` as the module says; `refused_count` counts the refused records.
     """
 
     def __init__(
@@ -82,9 +90,10 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
         inner: SpanProcessor,
         rules: RedactionRules | None = None,
         *,
+        vouches: Vouches | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, on_refused)
+        _Wrapper.__init__(self, inner, rules, vouches, on_refused)
         self.inner = inner
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -108,9 +117,10 @@ class RedactingSpanExporter(_Wrapper, SpanExporter):
         inner: SpanExporter,
         rules: RedactionRules | None = None,
         *,
+        vouches: Vouches | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, on_refused)
+        _Wrapper.__init__(self, inner, rules, vouches, on_refused)
         self.inner = inner
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
