@@ -4,8 +4,8 @@ The MCP server runs in its own process (benchmarks/_server.py), Redis in its own
 redis_server.py, on 127.0.0.1, persisting nothing). One `mcp.Client` serves four arms in
 interleaved blocks, switched with instrument()/uninstrument() as a user would:
 - `charge` (declared `changes: true`, called without its key: a call the guard could refuse),
-  with the in-process guard, then with the guard shared through Redis (EXISTS before sending,
-  DEL after it completed: two round trips to the store);
+  with the in-process guard, then with the guard shared through Redis (GET before sending, SET
+  of a fresh clear after it completed: two round trips to the store);
 - `search` (declared, not changing: the guard never looks at it), without and with the store named.
 Each figure is the call's latency, p50 and p99 over every sample of its arm; "added" is the store
 arm's minus the in-process arm's, of the same tool. Redis counts the commands it ran in each
@@ -111,7 +111,7 @@ async def _run(quick: bool) -> Section:
         added = p("search, store named", q) - p("search, no store", q)
         section.add(f"unguarded call (`search`), store named vs not, p{q}", f"{added / 1000:+.2f} ms")
     section.add(
-        "store commands per guarded call (EXISTS, then DEL)",
+        "store commands per guarded call (GET, then SET of its clear)",
         f"{sum(guarded_commands) / (len(guarded_commands) * per_block):.2f}",
     )
     touched = sum(search_commands)
@@ -123,8 +123,9 @@ async def _run(quick: bool) -> Section:
     )
     section.notes.append(
         f"{blocks} interleaved blocks of {per_block} calls per arm on one mcp.Client (streamable HTTP on "
-        "127.0.0.1); the store arm's guarded call makes two Redis round trips (EXISTS before sending, "
-        "DEL after it completed), each bounded by OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS."
+        "127.0.0.1); the store arm's guarded call makes two Redis round trips (GET before sending, "
+        "SET of a fresh clear after it completed), each bounded by "
+        "OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS."
     )
     return section
 

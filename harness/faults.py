@@ -150,6 +150,15 @@ class ClaimedResult(Fault):
     fields: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class UnstructuredResult(Fault):
+    """Let the tool run, then answer HTTP 200 JSON with a CallToolResult without the structured
+    content its output schema requires: the client's validation fails the call after its result
+    came back (the tool ran)."""
+
+    text: str = "ran"
+
+
 def retryable_conflict(*, in_body: bool = False) -> Status:
     """Amazon Bedrock AgentCore Runtime's retryable refusal: HTTP 409 `RetryableConflictException`,
     named in the `x-amzn-ErrorType` header, or (`in_body=True`) in the JSON body's `__type`."""
@@ -175,6 +184,7 @@ _FAULTS_BY_KIND: Mapping[str, type[Fault]] = {
     "drop-mid-body": DropMidBody,
     "sse-without-answer": SseWithoutAnswer,
     "claimed-result": ClaimedResult,
+    "unstructured-result": UnstructuredResult,
 }
 
 
@@ -525,9 +535,14 @@ class FaultInjector:
             await _respond(
                 send, 200, b": no answer follows\n\n", "text/event-stream", {"cache-control": "no-cache"}
             )
-        elif isinstance(fault, ClaimedResult):
+        elif isinstance(fault, (ClaimedResult, UnstructuredResult)):
             await _run_swallowed(self.app, scope, replay)
-            result = {"resultType": fault.result_type, **dict(fault.fields or {})}
+            if isinstance(fault, ClaimedResult):
+                result = {"resultType": fault.result_type, **dict(fault.fields or {})}
+            else:
+                # `resultType` as the 2026-07-28 era requires; the legacy era's clients ignore it.
+                content = [{"type": "text", "text": fault.text}]
+                result = {"resultType": "complete", "content": content, "isError": False}
             request_id = post.message.get("id") if post.message is not None else None
             body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
             await _respond(send, 200, body, "application/json", {})

@@ -535,11 +535,11 @@ class ToolCall:
             self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
     def settled(self, verdict: CallVerdict) -> None:
-        """Its result came (`verdict` says how the call ended): file it; the repeat guard forgets it."""
+        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard."""
         self._file(verdict, False)
         if self.fingerprint is not None and self.runtime.guard is not None:
-            self.runtime.guard.forget(self.fingerprint)
-            self.guard_armed = False
+            failed = verdict == "failed"
+            self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.effect, failed=failed)
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -562,9 +562,8 @@ class ToolCall:
             elif stopped is not None and not cancelled:
                 seen = stopped  # the server's refusal, which the SDK would not have raised in time
             guard = self.runtime.guard
-            if self.fingerprint is not None and guard is not None and self.effect == "unknown":
-                guard.remember(self.fingerprint)
-                self.guard_armed = True
+            if self.fingerprint is not None and guard is not None:
+                self.guard_armed = guard.ended(self.fingerprint, self.effect, failed=True)
         self.server_code = self._server_code(exc) if seen is None else None
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
             self.app_call.round_ended(self, "failed")

@@ -7,12 +7,17 @@ unknown within the window, is refused before anything is sent. The app repeats d
 carrying the key, inside `repeat_confirmed()`, or after the window. What is remembered is a keyed
 hash, at most `capacity` of them, the oldest forgotten first: never the arguments.
 
+It arms on a call that failed having been sent: its effect unknown, or applied (its result came
+back, then the client failed: the SDK's validation or a claim's resolver raised), since it ran.
+
 With a shared store (guard_store.py) the hash is keyed by the secret every process shares, and the
-store is the guard of record: a call of one process arms it for all, a completed call clears it for
-all. This process remembers too, and falls back on its own memory for any store operation that does
-not answer within the bound: a store never fails, blocks or delays a call beyond it. A call armed
-here while the store failed stays refused here (the store's "not armed" does not clear it) and is
-shared at its next check the store answers.
+store widens the guard, never narrows it: a call of one process arms it for all. What this process
+armed only positive evidence clears: a clear written after its arm (an identical call completed,
+or ran inside `repeat_confirmed()`, in any process) or its window's end. A key the store lost (a
+restart, an eviction, a flush, a failover) is evidence of nothing: this process still refuses, and
+arms the store again; a process that never saw the call cannot know of it. Any store operation
+that does not answer within the bound falls back on this process's memory: a store never fails,
+blocks or delays a call beyond it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -34,7 +40,8 @@ from typing import Final, TypeVar
 import anyio
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, StoreTimeout
+from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, StoreTimeout, is_cleared
+from otel_mcp_replay.telemetry import Effect
 from otel_mcp_replay.telemetry import GuardStoreFailure as StoreFailure
 from otel_mcp_replay.telemetry import GuardStoreOperation as StoreOperation
 
@@ -74,7 +81,7 @@ def repeat_confirmed() -> Iterator[None]:
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
-    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_unshared", "_window_s", "shared")
+    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_shared", "_window_s", "shared")
 
     def __init__(
         self,
@@ -91,9 +98,10 @@ class RepeatGuard:
         # the secret computes the same one.
         self._key = shared.secret if shared is not None else secrets.token_bytes(32)
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # fingerprint -> when it expires
-        # Those of them the store never took (it failed when they were armed): here, this process's
-        # memory is the guard of record, and the store is told again when it answers.
-        self._unshared: set[bytes] = set()
+        # Those of them the store took -> what their arm replaced there: a clear seen later that is
+        # not this one was written after the arm. One missing here was never taken (the store failed,
+        # or it is still being told): the store is told again at its next check.
+        self._shared: dict[bytes, str | None] = {}
         self._lock = threading.Lock()
         self.shared = shared  # the store every process naming it shares; None: in-process only
 
@@ -116,23 +124,36 @@ class RepeatGuard:
                 return False
             if expires <= self._clock():
                 del self._seen[fingerprint]
-                self._unshared.discard(fingerprint)
+                self._shared.pop(fingerprint, None)
                 return False
             return True
 
     def remember(self, fingerprint: bytes) -> None:
-        """A call with this fingerprint failed with its effect unknown."""
+        """A call with this fingerprint failed after it was sent: it may have run, or did."""
         with self._lock:
             self._seen[fingerprint] = self._clock() + self._window_s
             self._seen.move_to_end(fingerprint)
+            self._shared.pop(fingerprint, None)  # armed anew: the store is yet to take this arm
             while len(self._seen) > self._capacity:
-                self._unshared.discard(self._seen.popitem(last=False)[0])
+                self._shared.pop(self._seen.popitem(last=False)[0], None)
 
     def forget(self, fingerprint: bytes) -> None:
         """A call with this fingerprint completed: there is nothing left to check."""
         with self._lock:
             self._seen.pop(fingerprint, None)
-            self._unshared.discard(fingerprint)
+            self._shared.pop(fingerprint, None)
+
+    def ended(self, fingerprint: bytes, effect: Effect, *, failed: bool) -> bool | None:
+        """A guarded call ended: what the guard now remembers of it, for its store. True: armed, as
+        it failed after it was sent (its effect unknown, or applied: it ran, then the client
+        failed). False: cleared, as it completed. None: nothing, as nothing of it was sent."""
+        if not failed:
+            self.forget(fingerprint)
+            return False
+        if effect == "none":
+            return None
+        self.remember(fingerprint)
+        return True
 
     def __len__(self) -> int:
         with self._lock:
@@ -141,37 +162,44 @@ class RepeatGuard:
     # -- with a shared store: each a bounded store operation, else this process's own memory --
 
     async def refuses_shared(self, fingerprint: bytes, *, repeat_confirmed: bool) -> bool:
-        """Whether a call with this fingerprint must not be sent now, by the store when it answers."""
+        """Whether a call with this fingerprint must not be sent now: armed in the store, or armed
+        here with no evidence since that it completed anywhere."""
         shared = self.shared
         if shared is None or repeat_confirmed:
             return self.refuses(fingerprint, repeat_confirmed=repeat_confirmed)
-        armed = await shared.bounded("check", shared.store.is_armed(fingerprint.hex()))
-        if armed is FAILED:
+        held = await shared.bounded("check", shared.store.read(fingerprint.hex()))
+        if held is FAILED:
             return self.refuses(fingerprint, repeat_confirmed=False)
-        if armed:
-            return True
+        if held is not None and not is_cleared(held):
+            return True  # armed, by this process or another
         with self._lock:
-            unshared = fingerprint in self._unshared
-        if unshared and self.refuses(fingerprint, repeat_confirmed=False):
-            # Armed here while the store failed: still refused, and now shared.
-            await self._share(shared, fingerprint)
-            return True
-        self.forget(fingerprint)  # cleared or expired elsewhere: this process's memory of it is stale
-        return False
+            taken = fingerprint in self._shared
+            replaced = self._shared.get(fingerprint)
+        if taken and held is not None and held != replaced:
+            self.forget(fingerprint)  # cleared after this process's arm: an identical call completed
+            return False
+        if not self.refuses(fingerprint, repeat_confirmed=False):
+            return False  # never armed here, or its window ended
+        # Armed here, and the store lost it or never took it: still refused, and shared again.
+        await self._share(shared, fingerprint)
+        return True
 
     async def _share(self, shared: SharedStore, fingerprint: bytes) -> None:
-        window = max(1, round(self._window_s))
-        taken = await shared.bounded("arm", shared.store.arm(fingerprint.hex(), window))
         with self._lock:
-            if taken is FAILED:
-                if fingerprint in self._seen:
-                    self._unshared.add(fingerprint)
-            else:
-                self._unshared.discard(fingerprint)
+            expires = self._seen.get(fingerprint)
+        if expires is None:
+            return
+        ttl = max(1, math.ceil(expires - self._clock()))  # what is left of its window, no more
+        replaced = await shared.bounded("arm", shared.store.arm(fingerprint.hex(), ttl))
+        with self._lock:
+            if replaced is FAILED:
+                self._shared.pop(fingerprint, None)
+            elif fingerprint in self._seen:
+                self._shared[fingerprint] = replaced
 
     async def settled_shared(self, fingerprint: bytes, *, may_have_run: bool) -> None:
-        """Tell the store what this process already remembered (remember/forget): a call that may
-        have run arms it for every process; a completed one clears it."""
+        """Tell the store what this process already remembered (`ended`): a call that may have run
+        arms it for every process; a completed one writes a fresh clear, evidence for them all."""
         shared = self.shared
         if shared is None:
             return
@@ -179,7 +207,8 @@ class RepeatGuard:
             if may_have_run:
                 await self._share(shared, fingerprint)
             else:
-                await shared.bounded("clear", shared.store.clear(fingerprint.hex()))
+                window = max(1, math.ceil(self._window_s))
+                await shared.bounded("clear", shared.store.clear(fingerprint.hex(), window))
 
 
 class SharedStore:

@@ -2,9 +2,12 @@
 
 Two agent processes (harness/guard_agent.py, configured by the environment alone) call one real
 MCP server whose `charge` is cut after it ran; the server counts executions, Redis counts the
-commands it ran. A store that stops answering leaves each call to the agent's own guard, told once;
-a store refusing the credential, a bad URL or a missing secret is an ERROR naming the variable,
-never its value, and the app runs. Redis is started here (scripts/redis-server installs it).
+commands it ran. A store that lost its keys (a flush, a restart without persistence, an eviction, a
+failover) never clears what a process armed: only a clear written after the arm (an identical call
+completed) or the window's end does. A store that stops answering leaves each call to the agent's
+own guard, told once; a store refusing the credential, a bad URL or a missing secret is an ERROR
+naming the variable, never its value, and the app runs. Redis is started here (scripts/redis-server
+installs it).
 """
 
 from __future__ import annotations
@@ -24,17 +27,17 @@ from typing import Any
 
 import anyio
 import pytest
-from tests.support.telemetry import Telemetry
+from tests.support.telemetry import Telemetry, records
 
 from harness.client import Client
-from harness.faults import DropAfterExecution
+from harness.faults import DropAfterExecution, UnstructuredResult
 from harness.guard_agent import call_once
 from harness.redis_server import RedisServer, redis_binary
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import repeat_confirmed
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.guard_store import PREFIX
+from otel_mcp_replay.guard_store import CLEARED, PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "the agents' shared secret, 32 bytes+"
@@ -183,6 +186,49 @@ def guard_keys(redis: RedisServer) -> int:
     return redis.count("DBSIZE")
 
 
+def with_store(server: ServerHandle, url: str, bound_ms: int) -> dict[str, Any]:
+    """The settings of an app that declares `server` and shares its guard through the store at `url`."""
+    return {
+        "servers": declared(server),
+        "repeat_guard_store": url,
+        "repeat_guard_secret": SECRET,
+        "repeat_guard_store_timeout_ms": bound_ms,
+    }
+
+
+def armed_keys(redis: RedisServer) -> list[str]:
+    """The keys that say "armed" (what a process arms them with)."""
+    held = redis.keys()
+    return [key for key in held if redis.command("GET", key) == b"1"]
+
+
+def cleared_keys(redis: RedisServer) -> list[str]:
+    """The keys a completed call wrote its clear to (a token of its own, never its arguments)."""
+    held = redis.keys()
+    return [key for key in held if redis.command("GET", key).startswith(CLEARED.encode())]
+
+
+def evict_every_key(redis: RedisServer) -> None:
+    """A real eviction: memory capped below what the server uses, so the next write evicts every
+    key (and is then refused for want of memory), and the cap lifted again."""
+    redis.command("CONFIG", "SET", "maxmemory-policy", "allkeys-random")
+    redis.command("CONFIG", "SET", "maxmemory", "1")
+    redis.command("SET", "otel-mcp-replay-test:filler", "x")
+    redis.command("CONFIG", "SET", "maxmemory", "0")
+
+
+def lose_every_key(redis: RedisServer, how: str) -> None:
+    """The store loses what it held, as stores do."""
+    if how == "flush":
+        redis.command("FLUSHALL")
+    elif how == "restart":  # without persistence: back on the same port, empty
+        redis.stop()
+        redis.start()
+    else:
+        evict_every_key(redis)
+    assert redis.keys() == []
+
+
 def store_commands(redis: RedisServer) -> dict[str, int]:
     """The commands Redis ran since CONFIG RESETSTAT, but the test's own."""
     return {name: n for name, n in redis.command_calls().items() if name not in ("config|resetstat", "info")}
@@ -218,7 +264,9 @@ def test_a_call_cut_in_one_process_is_refused_in_another_and_after_a_restart_unt
 
     assert b.call(ORDER, confirmed=True) == "completed"  # B checked, and repeats on purpose
     assert mcp_server.counters.executions("charge") == 2
-    assert guard_keys(redis) == 0  # the completed call cleared it for every process
+    # The completed call cleared it for every process: a fresh clear in its place, for the window.
+    assert armed_keys(redis) == [] and cleared_keys(redis) == [key]
+    assert 590 <= redis.count("TTL", key) <= 600
     assert a.call(ORDER) == "completed"
     assert mcp_server.counters.executions("charge") == 3
     assert a.fallbacks() == {} and b.fallbacks() == {}  # every store operation answered in time
@@ -290,6 +338,101 @@ def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_share
     assert b.fallbacks() == {}
 
 
+# -- a store that lost its keys: only positive evidence clears -------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("loss", ["flush", "restart", "eviction"])
+async def test_a_store_that_lost_its_keys_never_clears_what_this_process_armed(
+    server: ServerHandle, redis: RedisServer, telemetry: Telemetry, instrument: Any, loss: str
+) -> None:
+    """A cut `charge(7)`, the store loses its keys, `charge(7)` again in the same process: refused,
+    as without a store. Then repeated on purpose, which clears it."""
+    instrument(**with_store(server, redis.url, ANSWERING_BOUND_MS))
+    server.faults.add("charge", DropAfterExecution())
+    assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
+    assert server.counters.executions("charge") == 1 and len(armed_keys(redis)) == 1
+    lose_every_key(redis, loss)
+    assert await call_once(server.url, "charge", dict(ORDER)) == "RepeatRefusedError"
+    assert server.counters.executions("charge") == 1  # the tool did not run a second time
+    assert server.counters.tool_posts("charge") == 1  # nothing was sent
+    assert len(armed_keys(redis)) == 1  # and the store is armed again from this process's memory
+    assert await call_once(server.url, "charge", ORDER, confirmed=True) == "completed"  # on purpose
+    assert await call_once(server.url, "charge", ORDER) == "completed"  # cleared by its completion
+    assert server.counters.executions("charge") == 3
+    cut, refused, confirmed, again = records(telemetry)
+    assert (cut[t.MAY_HAVE_RUN], cut[t.EFFECT]) == (True, "unknown")
+    assert (refused[t.VERDICT], refused[t.SENT], refused[t.EFFECT]) == ("failed", 0, "none")
+    assert confirmed[t.VERDICT] == again[t.VERDICT] == "completed"
+    declined = [s for s in telemetry.spans() if (s.attributes or {}).get(t.DECLINED) == "repeat-of-unknown"]
+    assert len(declined) == 1
+
+
+def test_a_key_the_store_lost_is_still_refused_by_the_process_that_armed_it(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent]
+) -> None:
+    """B armed `charge(7)`; the store evicts the key. B still refuses, and arms the store again, so
+    A refuses too. Lost again before A asks, A cannot know: it never saw the call. A's call then
+    completed: positive evidence, which clears B."""
+    a = agents(mcp_server, redis.url, "asyncio")
+    b = agents(mcp_server, redis.url, "trio")
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert b.call(ORDER) == "UnknownEffectError"
+    assert mcp_server.counters.executions("charge") == 1
+    evict_every_key(redis)
+    assert redis.keys() == []
+    assert b.call(ORDER) == "RepeatRefusedError"  # B remembers what it armed
+    assert mcp_server.counters.executions("charge") == 1
+    assert a.call(ORDER) == "RepeatRefusedError"  # B armed the store again: A learns of it
+    assert mcp_server.counters.executions("charge") == 1
+
+    lose_every_key(redis, "flush")
+    assert a.call(ORDER) == "completed"  # A never saw the call: nothing tells it
+    assert mcp_server.counters.executions("charge") == 2
+    assert b.call(ORDER) == "completed"  # an identical call completed after B armed: cleared
+    assert mcp_server.counters.executions("charge") == 3
+    assert a.fallbacks() == {} and b.fallbacks() == {}
+
+
+def test_a_clear_from_before_the_arm_is_no_evidence(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent]
+) -> None:
+    """A failover to a replica that never saw B's arm brings back the clear written before it
+    (A's completed `charge(7)`): that is no completion after the arm, so B still refuses."""
+    a = agents(mcp_server, redis.url, "asyncio")
+    b = agents(mcp_server, redis.url, "asyncio")
+    assert a.call(ORDER) == "completed"
+    (key,) = cleared_keys(redis)
+    before = redis.command("GET", key).decode()
+    mcp_server.faults.add("charge", DropAfterExecution())
+    assert b.call(ORDER) == "UnknownEffectError"
+    assert armed_keys(redis) == [key]
+    redis.command("SET", key, before, "EX", "600")  # what the stale replica holds
+    assert b.call(ORDER) == "RepeatRefusedError"
+    assert mcp_server.counters.executions("charge") == 2
+    assert armed_keys(redis) == [key]  # armed again by B
+    assert a.call(ORDER, confirmed=True) == "completed"  # a completion after the arm
+    assert b.call(ORDER) == "completed"
+    assert mcp_server.counters.executions("charge") == 4
+
+
+def test_a_call_that_failed_after_its_result_came_back_is_refused_in_every_process(
+    mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent]
+) -> None:
+    """Its result came back without the structured content its output schema requires: the SDK's
+    validation raised. It ran: the store is armed, and no process repeats it blindly."""
+    a = agents(mcp_server, redis.url, "asyncio")
+    b = agents(mcp_server, redis.url, "trio")
+    mcp_server.faults.add("charge", UnstructuredResult())
+    assert a.call(ORDER) == "RuntimeError"  # the SDK's own error
+    assert mcp_server.counters.executions("charge") == 1
+    assert len(armed_keys(redis)) == 1
+    assert b.call(ORDER) == "RepeatRefusedError"
+    assert a.call(ORDER) == "RepeatRefusedError"
+    assert mcp_server.counters.executions("charge") == 1
+    assert mcp_server.counters.tool_posts("charge") == 1
+
+
 # -- what touches the store ----------------------------------------------------------------------
 
 
@@ -324,13 +467,13 @@ async def test_only_a_call_the_guard_could_refuse_touches_the_store(
         with anyio.fail_after(20):
             await client.call_tool("charge", {"amount": 2})  # changing, without its key
     touched = store_commands(redis)
-    assert touched.pop("exists") == 1 and touched.pop("del") == 1
+    assert touched.pop("get") == 1 and touched.pop("set") == 1  # checked, then cleared
     assert set(touched) <= {"hello", "client|setinfo", "client|setname", "select"}  # a connection's set-up
 
     server.faults.add("charge", DropAfterExecution())
     assert await call_once(server.url, "charge", {"amount": 3}) == "UnknownEffectError"
     assert await call_once(server.url, "charge", {"amount": 3}) == "RepeatRefusedError"
-    assert redis.command_calls()["set"] == 1 and guard_keys(redis) == 1
+    assert redis.command_calls()["set"] == 2 and len(armed_keys(redis)) == 1  # the clear, then the arm
     assert t.METRIC_GUARD_STORE_FALLBACKS not in telemetry.metrics() or all(
         value == 0 for _, value in telemetry.metrics()[t.METRIC_GUARD_STORE_FALLBACKS]
     )
@@ -477,12 +620,7 @@ async def test_the_credential_in_the_url_is_never_logged_or_recorded(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.DEBUG):
-        instrument(
-            servers=declared(server),
-            repeat_guard_store=redis_with_password.url,
-            repeat_guard_secret=SECRET,
-            repeat_guard_store_timeout_ms=OUTAGE_BOUND_MS,
-        )
+        instrument(**with_store(server, redis_with_password.url, OUTAGE_BOUND_MS))
         server.faults.add("charge", DropAfterExecution())
         assert await call_once(server.url, "charge", ORDER) == "UnknownEffectError"
         assert await call_once(server.url, "charge", ORDER) == "RepeatRefusedError"

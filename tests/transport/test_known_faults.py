@@ -32,11 +32,12 @@ from harness.faults import (
     StallThenPass,
     Status,
     Throttle,
+    UnstructuredResult,
     retryable_conflict,
 )
 from harness.sdk import LINE
 from harness.server import ServerHandle
-from otel_mcp_replay import RepeatRefusedError, UnknownEffectError
+from otel_mcp_replay import RepeatRefusedError, UnknownEffectError, repeat_confirmed
 from otel_mcp_replay import telemetry as t
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
@@ -418,3 +419,77 @@ async def test_a_claimed_result_whose_resolver_raises_is_a_failed_call(
     assert record[t.VERDICT] == ("completed" if redeemed else "failed")
     assert (record[t.EFFECT], record[t.MAY_HAVE_RUN], record[t.SENT]) == ("applied", False, 1)
     assert server.counters.executions("search") == 1
+
+
+# -- a changing call that failed after its result came back: it ran, so the guard arms --
+
+CHARGE = {"charge": {"changes": True, "on": ["network"]}}
+KEYED = {"argument": "idempotency_key"}
+ORDER = {"amount": 7}
+
+
+@pytest.mark.parametrize("policy", [STRICT, COMPAT])
+async def test_a_changes_call_whose_result_failed_validation_arms_the_repeat_guard(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, mode: str, policy: str
+) -> None:
+    """The result came back (the tool ran) without the structured content its output schema
+    requires: the SDK's validation raises, the effect is `applied`, and a blind repeat would charge
+    twice. Refused until the app repeats on purpose."""
+    instrument(servers=declare(server, policy, CHARGE, deduplicates=KEYED))
+    server.faults.add("charge", UnstructuredResult())
+    async with Client(server.url, mode=mode) as client:
+        with anyio.fail_after(10), pytest.raises(RuntimeError, match="structured content"):
+            await client.call_tool("charge", ORDER)  # the SDK's own error, as without the plugin
+        assert server.counters.executions("charge") == 1
+        with anyio.fail_after(10), pytest.raises(RepeatRefusedError):
+            await client.call_tool("charge", dict(ORDER))  # a retry layer's new, identical call
+        assert server.counters.executions("charge") == 1  # the repeat never left
+        assert server.counters.tool_posts("charge") == 1
+        with anyio.fail_after(10), repeat_confirmed():
+            assert not is_error(await client.call_tool("charge", ORDER))  # checked, on purpose
+        assert not is_error(await client.call_tool("charge", ORDER))  # completed: nothing to check
+    assert server.counters.executions("charge") == 3
+    failed, refused, confirmed, again = records(telemetry)
+    assert (failed[t.VERDICT], failed[t.SENT], failed[t.EFFECT]) == ("failed", 1, "applied")
+    assert failed[t.MAY_HAVE_RUN] is False  # it did run: an answer came, nothing is unknown
+    assert (refused[t.VERDICT], refused[t.SENT], refused[t.EFFECT]) == ("failed", 0, "none")
+    assert confirmed[t.VERDICT] == again[t.VERDICT] == "completed"
+
+
+@pytest.mark.skipif(LINE == 1, reason="a client extension's claimed results are mcp 2.x's")
+async def test_a_changes_call_whose_claimed_result_the_resolver_could_not_finish_arms_the_repeat_guard(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The server answered (the tool ran) with an extension's own shape, and the client's resolver
+    raised after the session's call returned: a blind repeat would charge twice."""
+    from typing import Literal
+
+    from mcp import Client as SdkClient
+    from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+    from mcp_types import CallToolResult, Result
+
+    class Ticket(Result):
+        result_type: Literal["com.example/ticket"] = "com.example/ticket"
+        ticket: str
+
+    async def redeem(claimed: Ticket, ctx: ClaimContext) -> CallToolResult:
+        raise RuntimeError("the ticket could not be redeemed")
+
+    class Tickets(ClientExtension):
+        identifier = "com.example/tickets"
+
+        def claims(self) -> list[ResultClaim[Any]]:
+            return [ResultClaim(result_type="com.example/ticket", model=Ticket, resolve=redeem)]
+
+    instrument(servers=declare(server, STRICT, CHARGE, deduplicates=KEYED))
+    server.faults.add("charge", ClaimedResult("com.example/ticket", {"ticket": "t-1"}))
+    async with SdkClient(server.url, mode="2026-07-28", extensions=[Tickets()]) as client:
+        with anyio.fail_after(10), pytest.raises(RuntimeError, match="could not be redeemed"):
+            await client.call_tool("charge", ORDER)
+        with anyio.fail_after(10), pytest.raises(RepeatRefusedError):
+            await client.call_tool("charge", dict(ORDER))
+    assert server.counters.executions("charge") == 1
+    assert server.counters.tool_posts("charge") == 1
+    failed, refused = records(telemetry)
+    assert (failed[t.VERDICT], failed[t.EFFECT], failed[t.MAY_HAVE_RUN]) == ("failed", "applied", False)
+    assert (refused[t.VERDICT], refused[t.SENT]) == ("failed", 0)

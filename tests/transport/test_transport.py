@@ -534,19 +534,29 @@ async def test_a_streamable_session_opened_before_instrument_has_its_calls_follo
 async def test_a_callers_timeout_is_never_replaced_by_a_plugin_error(
     sse_server: ServerHandle, server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """A caller that stops waiting gets its own timeout, on both transports, whatever the plugin knew."""
+    """A caller that stops waiting gets its own timeout, on both transports, whatever the plugin knew,
+    and its session lives on."""
     app = {"policy": "app-authorized", "tools": {"search": {"on": ["network"]}}}
     instrument(servers={sse_server.url: app, server.url: app})
     sse_server.faults.add("search", StallThenPass(3.0))
     async with sse_session(sse_server) as session:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(session.call_tool("search", {"query": "slow"}), 0.5)
+        # The timed-out call's late answer comes on the session's stream. Closing the session while
+        # the SDK delivers it is the SDK's own race, with the plugin or without (its sse_reader then
+        # raises BrokenResourceError out of sse_client): a next call, which the server takes after
+        # the first was answered or cancelled, lets it land first, and shows the session lives.
+        assert sse_server.counters.wait_until(lambda c: c.executions("search") == 1)
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "next"}))
     server.faults.add("search", StallThenPass(3.0))
     async with Client(server.url) as client:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(client.call_tool("search", {"query": "slow"}), 0.5)
-    found = records(telemetry)
-    assert found and all(not r[t.MAY_HAVE_RUN] for r in found)
+    sse_slow, sse_next, streamable_slow = records(telemetry)
+    for timed_out in (sse_slow, streamable_slow):  # the caller's: never "may have run"
+        assert (timed_out[t.VERDICT], timed_out[t.MAY_HAVE_RUN]) == ("failed", False)
+    assert sse_next[t.VERDICT] == "completed"
 
 
 async def test_an_sse_refusal_that_is_not_repeated_fails_that_call_at_once_and_the_session_lives(

@@ -100,8 +100,9 @@ async def _tell_store(rt: Runtime, call: ToolCall) -> None:
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
     guard = rt.guard
-    if guard is not None and guard.shared is not None and call.fingerprint is not None:
-        await guard.settled_shared(call.fingerprint, may_have_run=call.guard_armed is True)
+    armed = call.guard_armed
+    if guard is not None and guard.shared is not None and call.fingerprint is not None and armed is not None:
+        await guard.settled_shared(call.fingerprint, may_have_run=armed)
 
 
 async def client_call_tool(
@@ -124,11 +125,17 @@ async def client_call_tool(
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
+        claimed = app_call.unfiled  # a claimed result: its round is settled as the app's call ends
         app_call.ended(exc)
+        if claimed is not None:
+            await _tell_store(rt, claimed)
         raise
     finally:
         CURRENT_APP_CALL.reset(token)
+    claimed = app_call.unfiled
     app_call.ended(None, result)
+    if claimed is not None:
+        await _tell_store(rt, claimed)
     return result
 
 
