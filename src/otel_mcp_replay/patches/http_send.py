@@ -18,7 +18,8 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import repeat
+from operator import is_, itemgetter
 from types import ModuleType
 from typing import Any
 
@@ -49,7 +50,6 @@ from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
-_MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 # How long a cut SSE POST's answer is awaited on the stream: a server that took the request answers
 # there within milliseconds; past this the attempt's effect stays unknown.
@@ -266,14 +266,58 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
+# The request the client built last from a `json=` object, with that object (one tuple, swapped
+# whole: a thread building meanwhile can only make the pair miss, never mismatch).
+_NOTHING_BUILT: tuple[object, object] = (None, None)
+_BUILT: list[tuple[object, object]] = [_NOTHING_BUILT]
+
+
+def built(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`AsyncClient.build_request`: a request built from a `json=` dict (the mcp SDK builds every
+    message it POSTs so, on both lines) is kept with that dict until it is sent. Its bytes are that
+    dict encoded, nothing else (no `content`, `data` or `files` beside it): the law reads the
+    request's id, tool and key from the dict, and never parses the bytes again, whatever their size."""
+    request = wrapped(*args, **kwargs)
+    message = kwargs.get("json")
+    if (
+        type(message) is dict
+        and kwargs.get("content") is None
+        and not kwargs.get("data")
+        and not kwargs.get("files")
+    ):
+        _BUILT[0] = (request, message)
+    return request
+
+
 def _json_body(http: HttpLibrary, request: Any) -> object:
+    """The request's JSON-RPC message: the dict it was built from (`built`), else its bytes parsed,
+    of any size (no size lifts the law). None: it holds no JSON, or its body cannot be read."""
+    built_from, message = _BUILT[0]
+    if built_from is request:
+        _BUILT[0] = _NOTHING_BUILT
+        if type(message) is dict and _read_as_json(message):
+            return message
     try:
         content = request.content
     except http.module.RequestNotRead:
         return None
-    if len(content) > _MAX_JSON_BODY:
-        return None
     return json_message(content)
+
+
+def _read_as_json(message: dict[Any, Any]) -> bool:
+    """The levels of `message` the law reads (the request, its params, their arguments) have only
+    exact str keys, as a parsed JSON text's have: then it reads them as it reads parsed JSON."""
+    if not _str_keys(message):
+        return False
+    params = message.get("params")
+    if type(params) is not dict:
+        return True
+    arguments = params.get("arguments") if _str_keys(params) else None
+    return _str_keys(params) and (type(arguments) is not dict or _str_keys(arguments))
+
+
+def _str_keys(level: dict[Any, Any]) -> bool:
+    return all(map(is_, map(type, level), repeat(str)))  # in C: no key's own __eq__ runs
 
 
 def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
