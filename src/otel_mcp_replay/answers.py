@@ -14,7 +14,7 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Final
 
 from otel_mcp_replay.law import Answer
 
@@ -85,6 +85,15 @@ def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
     """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else. An answer in
     the servers' own form is read from its head, whatever its size (what follows is the result,
     which the law never reads); any other form is parsed whole."""
+    found = _message_of(payload)
+    return None if found is ASKS else found  # type: ignore[return-value]
+
+
+ASKS: Final = True  # _message_of: a request of the server's (it asks the client something)
+
+
+def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
+    """answer_of, or ASKS for a request the server sends the client (a method and an id)."""
     if not isinstance(payload, str) and payload[-1:] == b"}":
         head = _ANSWER_HEAD.match(payload)
         if head is not None:
@@ -100,7 +109,7 @@ def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
         return message["id"], "result"
     if "error" in message:
         return message["id"], "error"
-    return None
+    return ASKS if "method" in message else None
 
 
 class SseAnswers:
@@ -118,10 +127,12 @@ class SseAnswers:
         "_on_answer",
         "_on_endpoint",
         "_partial",
+        "asked",
     )
 
     def __init__(self, on_answer: OnAnswer, on_endpoint: OnEndpoint | None = None) -> None:
         self._on_answer = on_answer
+        self.asked = False  # an event of the stream asked the client something (a server request)
         # The legacy SSE transport's first event announces where to POST (`event: endpoint`, its
         # data a URL, never JSON): the first event's data goes here, once, unless it is JSON.
         self._on_endpoint = on_endpoint
@@ -204,9 +215,11 @@ class SseAnswers:
                 if on_endpoint is not None and not payload.lstrip().startswith(b"{"):
                     on_endpoint(payload.decode("utf-8", "replace"))
                     return
-                found = answer_of(payload)
-                if found is not None:
-                    self._on_answer(*found)
+                found = _message_of(payload)
+                if found is ASKS:
+                    self.asked = True
+                elif found is not None:
+                    self._on_answer(*found)  # type: ignore[misc]
             return
         if line.startswith(b"data:"):
             skip = 6 if line[5:6] == b" " else 5
@@ -257,6 +270,30 @@ class AnswerWatch:
         self._events.end()
         self._end(None)
 
+    @property
+    def asked(self) -> bool:
+        """An event read so far asked the client something (a request of the server's)."""
+        return self._events.asked
+
     async def aclose(self) -> None:
         self._end(None)
         await self._inner.aclose()
+
+
+class Replay:
+    """A stream read in part already (`read`, its chunks), then the rest of its iteration (`rest`),
+    passed through unchanged: the SDK reads every byte the server sent, in order. The HTTP seam makes
+    it a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
+
+    def __init__(self, read: list[bytes], rest: AsyncIterator[bytes], stream: Any) -> None:
+        self._read, self._rest, self._stream = read, rest, stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read, self._read = self._read, []
+        for chunk in read:
+            yield chunk
+        async for chunk in self._rest:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()

@@ -29,19 +29,24 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
+from otel_mcp_replay.answers import AnswerWatch, Replay, answer_of, json_message
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
+    NOT_PERMITTED,
     PROTOCOL,
     Answer,
+    Decision,
+    Declined,
     Outcome,
     Permission,
+    Repeat,
     Reply,
     Target,
     classify,
+    permit,
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage, carried_call, sent_suppressed
@@ -62,6 +67,7 @@ class HttpLibrary:
 
     module: ModuleType
     watch: type[AnswerWatch]  # AnswerWatch as that library's own async byte stream
+    replay: type[Replay]  # Replay, the same
     # Never sent: the connection was not made, so the server cannot have run anything.
     not_sent: tuple[type[BaseException], ...]
 
@@ -73,13 +79,14 @@ class HttpLibrary:
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
     ) -> HttpLibrary:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
+        replay = type("Replay", (Replay, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
             module.ConnectTimeout,
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, not_sent, synthetic_status, resolves_lost_answers)
+        return cls(module, watch, replay, not_sent, synthetic_status, resolves_lost_answers)
 
 
 def send(
@@ -184,6 +191,8 @@ def _post(
         and target.tool == call.tool
         and (call.declaration is None or call.request_id == target.request_id)
     ):
+        # What the law says of a repeat after a cut: read by the answer watch (_read_reply).
+        _AFTER_A_CUT[call] = NOT_PERMITTED if rt.fail_closed else permit(declaration, target, "network")
         return _tool_series(
             rt,
             http,
@@ -530,6 +539,13 @@ async def _tool_exchange(
         outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
     else:
         outcome = classify(status, reply)
+    if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
+        # A whole JSON body without this id's answer: mcp 2.x would route it elsewhere and leave the
+        # call waiting for its caller's timeout, where 1.x ends it at once (ToolCall.handled); the
+        # call lacked its answer, so it ends now, as on 1.x: the SDK resolves it with this error,
+        # which the call seam turns into UnknownEffectError.
+        await response.aclose()
+        response = _synthetic_error(http, request, attempt.call.request_id, "no answer to the request")
     return outcome, response, None
 
 
@@ -600,12 +616,49 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
             if answer_id == request_id:
                 attempt.answered(kind)
 
-        def on_end(error: BaseException | None) -> None:
-            attempt.stream_ended(error if isinstance(error, transport_error) else None)
+        after_a_cut = _AFTER_A_CUT.get(attempt.call, NOT_PERMITTED)
 
-        response.stream = http.watch(response.stream, on_answer, on_end)
+        def on_end(error: BaseException | None) -> None:
+            cut = error if isinstance(error, transport_error) else None
+            if cut is not None and attempt.state == "awaiting" and isinstance(after_a_cut, Declined):
+                attempt.declined = after_a_cut.reason  # why this cut is not repeated: the law's word
+            attempt.stream_ended(cut)
+
+        watch = http.watch(response.stream, on_answer, on_end)
+        response.stream = watch
+        if isinstance(after_a_cut, Repeat):
+            return await _until_answer(http, response, watch, attempt)
         return "later"
     return "other"
+
+
+# Per call, what the law says of a repeat after a `network` failure. Where it permits one, the
+# call's event streams are read here until the answer (_until_answer), so a cut can be repeated.
+_AFTER_A_CUT: weakref.WeakKeyDictionary[ToolCall, Decision] = weakref.WeakKeyDictionary()
+
+
+async def _until_answer(http: HttpLibrary, response: Any, watch: AnswerWatch, attempt: Attempt) -> Reply:
+    """Read an event stream here until the call's answer, the stream's end, or an event that asks
+    the client something (the server waits for its answer: the SDK must see it now), then hand the
+    SDK every byte read, unchanged, and the rest. A cut before any of them raises the client's
+    TransportError here, before the SDK saw a byte: the attempt is `cut`, which the series repeats
+    as the law permits, as it repeats a cut JSON body; once the SDK reads the stream, nothing can."""
+    read: list[bytes] = []
+    rest = watch.__aiter__()
+    try:
+        while attempt.early is None and not watch.asked:
+            try:
+                read.append(await rest.__anext__())
+            except StopAsyncIteration:
+                break
+    except BaseException:  # cut, or the caller gave up: the response will not be delivered
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        raise
+    response.stream = http.replay(read, rest, watch)
+    if attempt.early is not None:
+        return attempt.early  # the answer came whole: what it was is known now
+    return "later" if watch.asked else "other"  # ended without the answer: a 2xx without it
 
 
 async def _session_busy(adapter: str, response: Any) -> bool:
