@@ -6,18 +6,21 @@ both protocol eras where the line has them.
 
 from __future__ import annotations
 
+import json
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
 import pytest
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import Telemetry, attempt_spans, declared, records, the_record
-from harness.client import Client, SessionClient
+from harness.client import Client, SessionClient, http
 from harness.faults import DropBeforeExecution
 from harness.sdk import LINE
 from harness.server import ServerHandle
-from otel_mcp_replay import RepeatRefusedError, UnknownEffectError
+from otel_mcp_replay import RepeatRefusedError, ReplayUnavailableError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +83,37 @@ async def test_an_answer_of_any_size_the_sdk_accepts_is_seen(
         False,
     )
     assert record[t.ATTEMPTS_FAILURE] == ("",)
+
+
+class _DeepBodies(http.AsyncClient):  # type: ignore[misc,name-defined]
+    """An HTTP client that sends each tools/call as bytes of its own making, its arguments nested
+    deeper than any JSON parser in the process reads: a request the plugin cannot read."""
+
+    def build_request(self, method: str, url: Any, **kwargs: Any) -> Any:
+        message = kwargs.get("json")
+        if isinstance(message, dict) and message.get("method") == "tools/call":
+            kwargs.pop("json")
+            text = json.dumps(message, separators=(",", ":")).encode()
+            deep = b'"deep":' + b"[" * 100_000 + b"]" * 100_000 + b","
+            kwargs["content"] = text.replace(b'"arguments":{', b'"arguments":{' + deep, 1)
+            kwargs.setdefault("headers", {})["content-type"] = "application/json"
+        return super().build_request(method, url, **kwargs)
+
+
+async def test_a_call_whose_request_cannot_be_read_fails_closed_before_sending(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declared(server, {"search": {"on": ["network"]}}, policy="compatibility"))
+    async with AsyncExitStack() as stack:
+        transport = streamable_http_client(server.url, http_client=_DeepBodies())
+        if LINE == 2:
+            client: Any = await stack.enter_async_context(Client(transport))  # type: ignore[arg-type]
+        else:  # 1.x: the session opened as an app opens one (harness.client.SessionClient)
+            streams = await stack.enter_async_context(transport)
+            client = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+            await client.initialize()
+        with anyio.fail_after(20), pytest.raises(ReplayUnavailableError, match="could not be read"):
+            await client.call_tool("search", {"query": "q"})
+    assert server.counters.tool_posts("search") == 0  # never sent
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.EFFECT], record[t.VERDICT]) == (0, "none", "failed")

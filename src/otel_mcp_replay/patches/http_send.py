@@ -166,6 +166,10 @@ def _post(
             return wrapped(*args, **kwargs)
         body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
+        unbound = call is not None and call.declaration is None  # the call's request not seen yet
+        if body is None and unbound and (sse or streamable) and _unreadable_call(http, request):
+            assert call is not None
+            return _not_read(http, call, request)
         return wrapped(*args, **kwargs)  # a response to the server is never repeated
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
@@ -311,6 +315,22 @@ def _json_body(http: HttpLibrary, request: Any) -> object:
     except http.module.RequestNotRead:
         return None
     return json_message(content)
+
+
+def _unreadable_call(http: HttpLibrary, request: Any) -> bool:
+    """A POST of a call's that may carry its tools/call, and whose body cannot be read as JSON."""
+    try:
+        content = request.content
+    except http.module.RequestNotRead:
+        return True  # a streamed body: what it carries cannot be known before it is sent
+    return b"tools/call" in content
+
+
+async def _not_read(http: HttpLibrary, call: ToolCall, request: Any) -> Any:
+    """Fail closed before sending: the call ends with an error that says its request could not be
+    read (the SDK is handed a 202, which ends nothing else; the call seam raises the error)."""
+    call.stop(ReplayUnavailableError(call.tool, unreadable=True))
+    return http.module.Response(202, request=request)
 
 
 def _read_as_json(message: dict[Any, Any]) -> bool:
