@@ -10,7 +10,6 @@ the JSON is parsed by the parser the SDK itself uses (pydantic's), whose cost pe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable
@@ -95,13 +94,9 @@ ASKS: Final = True  # _message_of: a request of the server's (it asks the client
 def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
     """answer_of, or ASKS for a request the server sends the client (a method and an id)."""
     if not isinstance(payload, str) and payload[-1:] == b"}":
-        head = _ANSWER_HEAD.match(payload)
-        if head is not None:
-            number, text, kind = head.groups()
-            if number is not None:
-                return int(number), "result" if kind == b"result" else "error"
-            with contextlib.suppress(UnicodeDecodeError):
-                return text.decode("utf-8"), "result" if kind == b"result" else "error"
+        found = _head_answer(payload)
+        if found is not None:
+            return found
     message = json_message(payload)
     if type(message) is not dict or "id" not in message:
         return None
@@ -112,11 +107,58 @@ def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | boo
     return ASKS if "method" in message else None
 
 
+def _head_answer(payload: bytes | bytearray) -> tuple[object, Answer] | None:
+    """The (id, kind) an answer in the servers' own form opens with (None: not that form)."""
+    head = _ANSWER_HEAD.match(payload)
+    if head is None:
+        return None
+    number, text, kind = head.groups()
+    answer: Answer = "result" if kind == b"result" else "error"
+    if number is not None:
+        return int(number), answer
+    try:
+        return text.decode("utf-8"), answer
+    except UnicodeDecodeError:
+        return None
+
+
+# A line held across chunks up to this size is joined when it ends; a longer one is kept as the
+# chunks' own slices (no copy): an answer's head is read off its first, whatever its size.
+_SHORT_LINE = 64 * 1024
+_HEAD = 512  # more than any answer head _ANSWER_HEAD matches
+Pieces = list[memoryview]  # a long data line, as slices of the chunks it came in
+
+
+def _first(pieces: Pieces, n: int) -> bytes:
+    """The first `n` bytes of `pieces` (fewer when they hold fewer)."""
+    out = bytearray()
+    for piece in pieces:
+        out += piece[: n - len(out)]
+        if len(out) >= n:
+            break
+    return bytes(out)
+
+
+def _long_message(pieces: Pieces) -> tuple[object, Answer] | bool | None:
+    """_message_of a long data line: read from its head when it is an answer in the servers' own
+    form (its last byte closes it), else joined and parsed whole."""
+    if pieces and bytes(pieces[-1][-1:]) == b"}":
+        found = _head_answer(_first(pieces, _HEAD))
+        if found is not None:
+            return found
+    return _message_of(b"".join(pieces))
+
+
+def _joined(data: list[bytes | Pieces]) -> bytes:
+    return b"\n".join(b"".join(line) if type(line) is list else line for line in data)  # type: ignore[misc]
+
+
 class SseAnswers:
     """Incremental server-sent-events reader that reports JSON-RPC responses as they complete.
 
     Linear in the bytes fed, however they are cut: each byte is searched once (by bytes.find, from a
-    position that only moves forward) and copied at most once. Lines end at CRLF, LF or CR (a CR at
+    position that only moves forward) and copied at most once (a line past _SHORT_LINE: never; it is
+    held as slices of its chunks, and an answer is read from its head). Lines end at CRLF, LF or CR (a CR at
     the end of a chunk ends its line at once; an LF opening the next chunk is then its pair). An
     event of any size is parsed: what is held is the event being read, as the SDK holds it.
     """
@@ -127,6 +169,7 @@ class SseAnswers:
         "_on_answer",
         "_on_endpoint",
         "_partial",
+        "_partial_len",
         "asked",
     )
 
@@ -136,9 +179,10 @@ class SseAnswers:
         # The legacy SSE transport's first event announces where to POST (`event: endpoint`, its
         # data a URL, never JSON): the first event's data goes here, once, unless it is JSON.
         self._on_endpoint = on_endpoint
-        self._partial = bytearray()  # the start of a line whose end has not come yet
-        # The data lines of the event being read (a line that spanned chunks: its own bytearray).
-        self._data: list[bytes | bytearray] = []
+        self._partial: Pieces = []  # the start of a line whose end has not come yet
+        self._partial_len = 0
+        # The data lines of the event being read (a long one as the slices it came in).
+        self._data: list[bytes | Pieces] = []
         self._after_cr = False  # the last byte fed was a CR: an LF next is its pair, not a line
 
     def feed(self, chunk: bytes) -> None:
@@ -190,10 +234,14 @@ class SseAnswers:
         if cut < 0:
             self._keep(chunk, pos, end)
             return end
-        line = self._partial
-        line += memoryview(chunk)[pos:cut]
-        self._partial = bytearray()  # the line is handed on whole, never copied again
-        self._line(line)
+        pieces, self._partial = self._partial, []
+        if pos < cut:
+            pieces.append(memoryview(chunk)[pos:cut])
+        if self._partial_len + cut - pos <= _SHORT_LINE:
+            self._line(b"".join(pieces))
+        else:
+            self._long_line(pieces)
+        self._partial_len = 0
         return cut + 2 if cut == cr and cut + 1 < end and chunk[cut + 1] == 0x0A else cut + 1
 
     def end(self) -> None:
@@ -204,30 +252,41 @@ class SseAnswers:
     def _keep(self, chunk: bytes, start: int, end: int) -> None:
         """Hold the start of a line whose end is in a later chunk."""
         if start < end:
-            self._partial += memoryview(chunk)[start:end]
+            self._partial.append(memoryview(chunk)[start:end])  # the chunk's bytes, not a copy
+            self._partial_len += end - start
 
-    def _line(self, line: bytes | bytearray) -> None:
+    def _long_line(self, pieces: Pieces) -> None:
+        """A line past _SHORT_LINE: a data line is kept as its slices, its field name dropped."""
+        head = _first(pieces, 6)
+        if not head.startswith(b"data:"):
+            return  # any other field, or a comment: notes nothing
+        skip = 6 if head[5:6] == b" " else 5
+        while skip:
+            first = pieces[0]
+            if len(first) > skip:
+                pieces[0] = first[skip:]
+                break
+            skip -= len(first)
+            del pieces[0]
+        self._data.append(pieces)
+
+    def _line(self, line: bytes) -> None:
         if not line:  # a blank line dispatches the event
             data, self._data = self._data, []
             if data:
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
                 on_endpoint, self._on_endpoint = self._on_endpoint, None
-                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):
-                    on_endpoint(payload.decode("utf-8", "replace"))
+                payload = data[0] if len(data) == 1 and on_endpoint is None else _joined(data)
+                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):  # type: ignore[union-attr]
+                    on_endpoint(payload.decode("utf-8", "replace"))  # type: ignore[union-attr]
                     return
-                found = _message_of(payload)
+                found = _long_message(payload) if type(payload) is list else _message_of(payload)  # type: ignore[arg-type]
                 if found is ASKS:
                     self.asked = True
                 elif found is not None:
                     self._on_answer(*found)  # type: ignore[misc]
             return
         if line.startswith(b"data:"):
-            skip = 6 if line[5:6] == b" " else 5
-            if type(line) is bytearray:
-                del line[:skip]  # in place: a large line (held across chunks) is not copied again
-                self._data.append(line)
-            else:
-                self._data.append(line[skip:])
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
 
 
 def _next_data_line(chunk: bytes, pos: int) -> int:
