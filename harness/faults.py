@@ -28,8 +28,9 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-# A request body larger than this is not an MCP message we script; it passes through unread.
-_MAX_BODY = 8 * 1024 * 1024
+# A request body larger than this is not an MCP message we script; it passes through unread (past
+# any body the suites send: a tools/call of any size is one the plugin governs).
+_MAX_BODY = 64 * 1024 * 1024
 # How long the injector waits for the wrapped app (a tool) to finish before it applies a fault
 # that needs the app's answer first; bounded so a stuck tool cannot hold a test forever.
 _APP_DEADLINE_S = 60.0

@@ -247,6 +247,12 @@ def build_server(
         executed("fail", ctx)
         raise ToolError("the tool failed on purpose")
 
+    @server.tool(annotations=tool_annotations(readOnlyHint=True))
+    async def bulk(size: int, ctx: Context) -> str:
+        """Answer `size` characters (a large answer to a small request)."""
+        executed("bulk", ctx)
+        return "x" * max(0, min(size, 64 * 1024 * 1024))
+
     if era_tools:
         add_era_tools(server, c, executed)
     return server

@@ -3,16 +3,25 @@
 An HTTP status is not the call's answer: a 200 event stream can end without it. So the bytes of
 each event stream the SDK reads pass through `AnswerWatch` on their way, untouched, and the answer
 to a watched id is noted the moment its event is complete, before the SDK parses it. Nothing here
-changes a byte, and a watch that cannot parse a stream only stops noting answers.
+changes a byte, and a watch that cannot parse a stream only stops noting answers. No size turns the
+watch off: an event of any size the SDK reads is read (the SDK's own cap, or none, bounds both), and
+the JSON is parsed by the parser the SDK itself uses (pydantic's), whose cost per byte is small.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Final
 
 from otel_mcp_replay.law import Answer
+
+_fast_json: Callable[..., Any] | None
+try:  # the Rust JSON parser pydantic (so the mcp SDK) parses every message with: wherever mcp is
+    from pydantic_core import from_json as _fast_json
+except ImportError:  # pragma: no cover - mcp requires pydantic; the stdlib reads the same JSON
+    _fast_json = None
 
 # Called with the request id as the server sent it and what it carried.
 OnAnswer = Callable[[object, Answer], None]
@@ -24,13 +33,24 @@ OnEnd = Callable[[BaseException | None], None]
 _BOM = b"\xef\xbb\xbf"  # json.loads skips a UTF-8 byte-order mark: so does this
 _JSON_SPACE = " \t\n\r"  # JSON's whitespace (RFC 8259), all of it: str.strip() would take more
 _DECODER = json.JSONDecoder()  # what json.loads uses when given no options, without its checks of type
-_MAX_EVENT_BYTES = 4 * 1024 * 1024  # past this an event is not parsed (the SDK caps events at 1 MiB)
 
 
 def json_message(payload: bytes | bytearray | str) -> object:
     """One JSON-RPC message's bytes parsed, or None, whatever it is given. UTF-8 only (JSON over
-    HTTP is UTF-8, and the mcp SDK reads nothing else): decoding first spares the search for UTF-16
-    and UTF-32 that json.loads makes, and the decoder is called without json.loads' checks."""
+    HTTP is UTF-8, and the mcp SDK reads nothing else). pydantic's parser reads it first (a tenth of
+    the stdlib's time on a large message); what it refuses (a lone surrogate escape, nesting past its
+    depth, a BOM) the stdlib's decoder reads as json.loads would, so the answer is json.loads'."""
+    if _fast_json is not None:
+        try:
+            return _fast_json(payload, cache_strings="keys")
+        except (ValueError, TypeError):  # TypeError: not bytes nor str, refused below too
+            pass
+    return _stdlib_message(payload)
+
+
+def _stdlib_message(payload: bytes | bytearray | str) -> object:
+    """json_message by the stdlib: decoding first spares the search for UTF-16 and UTF-32 that
+    json.loads makes, and the decoder is called without json.loads' checks."""
     if isinstance(payload, (bytes, bytearray)):
         try:
             text = (payload[3:] if payload.startswith(_BOM) else payload).decode("utf-8")
@@ -53,8 +73,30 @@ def json_message(payload: bytes | bytearray | str) -> object:
     return message
 
 
-def answer_of(payload: bytes | str) -> tuple[object, Answer] | None:
-    """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else."""
+# The head of an answer as every mcp server writes one (pydantic's key order, no whitespace): its
+# id (an integer, or a string without escapes) and whether a result or an error follows.
+_ANSWER_HEAD = re.compile(
+    rb'\{"jsonrpc":"2\.0","id":(?:(-?(?:0|[1-9][0-9]{0,17}))|"([^"\\\x00-\x1f]{0,256})"),"(result|error)":'
+)
+
+
+def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
+    """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else. An answer in
+    the servers' own form is read from its head, whatever its size (what follows is the result,
+    which the law never reads); any other form is parsed whole."""
+    found = _message_of(payload)
+    return None if found is ASKS else found  # type: ignore[return-value]
+
+
+ASKS: Final = True  # _message_of: a request of the server's (it asks the client something)
+
+
+def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
+    """answer_of, or ASKS for a request the server sends the client (a method and an id)."""
+    if not isinstance(payload, str) and payload[-1:] == b"}":
+        found = _head_answer(payload)
+        if found is not None:
+            return found
     message = json_message(payload)
     if type(message) is not dict or "id" not in message:
         return None
@@ -62,16 +104,63 @@ def answer_of(payload: bytes | str) -> tuple[object, Answer] | None:
         return message["id"], "result"
     if "error" in message:
         return message["id"], "error"
-    return None
+    return ASKS if "method" in message else None
+
+
+def _head_answer(payload: bytes | bytearray) -> tuple[object, Answer] | None:
+    """The (id, kind) an answer in the servers' own form opens with (None: not that form)."""
+    head = _ANSWER_HEAD.match(payload)
+    if head is None:
+        return None
+    number, text, kind = head.groups()
+    answer: Answer = "result" if kind == b"result" else "error"
+    if number is not None:
+        return int(number), answer
+    try:
+        return text.decode("utf-8"), answer
+    except UnicodeDecodeError:
+        return None
+
+
+# A line held across chunks up to this size is joined when it ends; a longer one is kept as the
+# chunks' own slices (no copy): an answer's head is read off its first, whatever its size.
+_SHORT_LINE = 64 * 1024
+_HEAD = 512  # more than any answer head _ANSWER_HEAD matches
+Pieces = list[memoryview]  # a long data line, as slices of the chunks it came in
+
+
+def _first(pieces: Pieces, n: int) -> bytes:
+    """The first `n` bytes of `pieces` (fewer when they hold fewer)."""
+    out = bytearray()
+    for piece in pieces:
+        out += piece[: n - len(out)]
+        if len(out) >= n:
+            break
+    return bytes(out)
+
+
+def _long_message(pieces: Pieces) -> tuple[object, Answer] | bool | None:
+    """_message_of a long data line: read from its head when it is an answer in the servers' own
+    form (its last byte closes it), else joined and parsed whole."""
+    if pieces and bytes(pieces[-1][-1:]) == b"}":
+        found = _head_answer(_first(pieces, _HEAD))
+        if found is not None:
+            return found
+    return _message_of(b"".join(pieces))
+
+
+def _joined(data: list[bytes | Pieces]) -> bytes:
+    return b"\n".join(b"".join(line) if type(line) is list else line for line in data)  # type: ignore[misc]
 
 
 class SseAnswers:
     """Incremental server-sent-events reader that reports JSON-RPC responses as they complete.
 
     Linear in the bytes fed, however they are cut: each byte is searched once (by bytes.find, from a
-    position that only moves forward) and copied at most once. Lines end at CRLF, LF or CR (a CR at
+    position that only moves forward) and copied at most once (a line past _SHORT_LINE: never; it is
+    held as slices of its chunks, and an answer is read from its head). Lines end at CRLF, LF or CR (a CR at
     the end of a chunk ends its line at once; an LF opening the next chunk is then its pair). An
-    event past _MAX_EVENT_BYTES is not parsed, and no more than that of it is ever held.
+    event of any size is parsed: what is held is the event being read, as the SDK holds it.
     """
 
     __slots__ = (
@@ -79,22 +168,21 @@ class SseAnswers:
         "_data",
         "_on_answer",
         "_on_endpoint",
-        "_overlong",
         "_partial",
-        "_size",
-        "_skipping",
+        "_partial_len",
+        "asked",
     )
 
     def __init__(self, on_answer: OnAnswer, on_endpoint: OnEndpoint | None = None) -> None:
         self._on_answer = on_answer
+        self.asked = False  # an event of the stream asked the client something (a server request)
         # The legacy SSE transport's first event announces where to POST (`event: endpoint`, its
         # data a URL, never JSON): the first event's data goes here, once, unless it is JSON.
         self._on_endpoint = on_endpoint
-        self._partial = bytearray()  # the start of a line whose end has not come yet
-        self._data: list[bytes] = []  # the data lines of the event being read
-        self._size = 0  # their bytes
-        self._skipping = False  # this event passed the cap: it is not parsed
-        self._overlong = False  # this line passed the cap: the rest of it is dropped
+        self._partial: Pieces = []  # the start of a line whose end has not come yet
+        self._partial_len = 0
+        # The data lines of the event being read (a long one as the slices it came in).
+        self._data: list[bytes | Pieces] = []
         self._after_cr = False  # the last byte fed was a CR: an LF next is its pair, not a line
 
     def feed(self, chunk: bytes) -> None:
@@ -103,12 +191,12 @@ class SseAnswers:
             return
         pos = 1 if self._after_cr and chunk[0] == 0x0A else 0
         self._after_cr = chunk[end - 1] == 0x0D  # a CR ends its line here, whatever follows
-        if self._partial or self._overlong:
+        if self._partial:
             pos = self._finish_line(chunk, pos, end)
         lf = chunk.find(b"\n", pos)
         cr = chunk.find(b"\r", pos)
         while pos < end:
-            if not (self._data or self._skipping):
+            if not self._data:
                 # Between events only a data line changes anything: skip to the next one, so blank
                 # lines, comments and other fields between events pass at the speed of find.
                 found = _next_data_line(chunk, pos)
@@ -146,13 +234,14 @@ class SseAnswers:
         if cut < 0:
             self._keep(chunk, pos, end)
             return end
-        if self._overlong:
-            self._overlong = False  # the end of a line past the cap: dropped with it
+        pieces, self._partial = self._partial, []
+        if pos < cut:
+            pieces.append(memoryview(chunk)[pos:cut])
+        if self._partial_len + cut - pos <= _SHORT_LINE:
+            self._line(b"".join(pieces))
         else:
-            self._partial += memoryview(chunk)[pos:cut]
-            line = bytes(self._partial)
-            self._partial.clear()
-            self._line(line)
+            self._long_line(pieces)
+        self._partial_len = 0
         return cut + 2 if cut == cr and cut + 1 < end and chunk[cut + 1] == 0x0A else cut + 1
 
     def end(self) -> None:
@@ -161,37 +250,43 @@ class SseAnswers:
         self._after_cr = False
 
     def _keep(self, chunk: bytes, start: int, end: int) -> None:
-        """Hold the start of a line whose end is in a later chunk, up to the cap."""
-        if start >= end or self._overlong:
-            return
-        if len(self._partial) + end - start > _MAX_EVENT_BYTES:
-            self._partial.clear()
-            self._data, self._size = [], 0
-            self._overlong = self._skipping = True
-            return
-        self._partial += memoryview(chunk)[start:end]
+        """Hold the start of a line whose end is in a later chunk."""
+        if start < end:
+            self._partial.append(memoryview(chunk)[start:end])  # the chunk's bytes, not a copy
+            self._partial_len += end - start
+
+    def _long_line(self, pieces: Pieces) -> None:
+        """A line past _SHORT_LINE: a data line is kept as its slices, its field name dropped."""
+        head = _first(pieces, 6)
+        if not head.startswith(b"data:"):
+            return  # any other field, or a comment: notes nothing
+        skip = 6 if head[5:6] == b" " else 5
+        while skip:
+            first = pieces[0]
+            if len(first) > skip:
+                pieces[0] = first[skip:]
+                break
+            skip -= len(first)
+            del pieces[0]
+        self._data.append(pieces)
 
     def _line(self, line: bytes) -> None:
         if not line:  # a blank line dispatches the event
-            data, self._data, self._size = self._data, [], 0
-            if data and not self._skipping:
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
+            data, self._data = self._data, []
+            if data:
                 on_endpoint, self._on_endpoint = self._on_endpoint, None
-                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):
-                    on_endpoint(payload.decode("utf-8", "replace"))
+                payload = data[0] if len(data) == 1 and on_endpoint is None else _joined(data)
+                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):  # type: ignore[union-attr]
+                    on_endpoint(payload.decode("utf-8", "replace"))  # type: ignore[union-attr]
                     return
-                found = answer_of(payload)
-                if found is not None:
-                    self._on_answer(*found)
-            self._skipping = False
+                found = _long_message(payload) if type(payload) is list else _message_of(payload)  # type: ignore[arg-type]
+                if found is ASKS:
+                    self.asked = True
+                elif found is not None:
+                    self._on_answer(*found)  # type: ignore[misc]
             return
-        if line.startswith(b"data:") and not self._skipping:
-            value = line[6:] if line[5:6] == b" " else line[5:]
-            self._size += len(value) + 1
-            if self._size > _MAX_EVENT_BYTES:
-                self._data, self._size, self._skipping = [], 0, True
-            else:
-                self._data.append(value)
+        if line.startswith(b"data:"):
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
 
 
 def _next_data_line(chunk: bytes, pos: int) -> int:
@@ -234,6 +329,30 @@ class AnswerWatch:
         self._events.end()
         self._end(None)
 
+    @property
+    def asked(self) -> bool:
+        """An event read so far asked the client something (a request of the server's)."""
+        return self._events.asked
+
     async def aclose(self) -> None:
         self._end(None)
         await self._inner.aclose()
+
+
+class Replay:
+    """A stream read in part already (`read`, its chunks), then the rest of its iteration (`rest`),
+    passed through unchanged: the SDK reads every byte the server sent, in order. The HTTP seam makes
+    it a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
+
+    def __init__(self, read: list[bytes], rest: AsyncIterator[bytes], stream: Any) -> None:
+        self._read, self._rest, self._stream = read, rest, stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read, self._read = self._read, []
+        for chunk in read:
+            yield chunk
+        async for chunk in self._rest:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()

@@ -32,6 +32,7 @@ from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT, SpanEndp
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.law import (
+    GIVEN_UP,
     NO_RESPONSE,
     Answer,
     Outcome,
@@ -220,9 +221,17 @@ class Attempt:
             self.state = "sending"
             self.exchanged(classify(self.hop_status, None))
             self.decided(0, None)
-        elif self.state == "sending":  # a cancel or a read timeout mid-exchange
-            self.exchanged(classify(0, None, sent=self.wire > 0))  # sent, no answer; or never sent
-            self.decided(0, "budget" if self.wire else None)
+        elif self.state == "sending":  # a cancel or a read timeout mid-exchange: the caller's
+            if not self.wire:
+                self.exchanged(classify(0, None, sent=False))  # never sent
+                self.decided(0, None)
+                return
+            # Sent, and given up before any response: the caller's timeout is no failure below the
+            # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
+            # caller gives up after the response's headers came (below) and over stdio: one word.
+            self.exchanged(GIVEN_UP)
+            self.call.no_answer()
+            self.decided(0, "not-retryable")
         elif self.state == "exchanged":
             self.decided(0, "budget")
         elif self.state == "awaiting":  # its answer never came: its effect is unknown

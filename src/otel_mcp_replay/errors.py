@@ -51,14 +51,20 @@ class ReplayUnavailableError(MCPError):
     Raised before the request is sent, so the tool did not run.
     """
 
-    def __init__(self, tool: str) -> None:
-        _init(
-            self,
-            INVALID_REQUEST,
-            f"The tool call {tool!r} was not sent, so it did not run: the app-authorized replay policy "
-            "needs a connection whose answers can be matched to their requests (streamable HTTP, or an "
-            "SSE stream opened after instrument()).",
-        )
+    def __init__(self, tool: str, *, unreadable: bool = False) -> None:
+        if unreadable:  # no call passes the law unread (the contract: no size lifts the law)
+            message = (
+                f"The tool call {tool!r} was not sent, so it did not run: its request body could not be "
+                "read (a streamed body, or JSON that cannot be parsed), and no tool call is sent "
+                "without the replay law reading it."
+            )
+        else:
+            message = (
+                f"The tool call {tool!r} was not sent, so it did not run: the app-authorized replay "
+                "policy needs a connection whose answers can be matched to their requests (streamable "
+                "HTTP, or an SSE stream opened after instrument())."
+            )
+        _init(self, INVALID_REQUEST, message)
         self.tool = tool
 
 

@@ -56,6 +56,7 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
+        (LINE.http, "AsyncClient.build_request", http_send.built),
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]

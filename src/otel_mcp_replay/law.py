@@ -243,6 +243,9 @@ class Outcome(NamedTuple):
 NOT_SENT: Final = Outcome(0, None, "none")
 NO_RESPONSE: Final = Outcome(0, "network", "unknown")  # sent, and no response (or only a cut one)
 _ANSWERED_200: Final = Outcome(200, None, "applied", answered=True)
+# Sent, and its caller gave up before any response came: the caller's, no failure below the SDK, so
+# not `network`; `error`, as when it gives up after the headers came, and it may have run.
+GIVEN_UP: Final = Outcome(0, "error", "unknown")
 
 
 def classify(

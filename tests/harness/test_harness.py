@@ -213,7 +213,7 @@ def test_the_other_tools(server: ServerHandle) -> None:
             }
 
     out = run(scenario)
-    assert set(out["tools"]) == {"search", "charge", "send_email", "slow", "fail"}
+    assert set(out["tools"]) == {"search", "charge", "send_email", "slow", "fail", "bulk"}
     assert out["tools"]["search"].annotations.read_only_hint is True
     assert out["tools"]["charge"].annotations.read_only_hint is False
     assert set(out["tools"]["charge"].input_schema["properties"]) == {"amount", "idempotency_key"}

@@ -60,6 +60,8 @@ SEAMS = [
     (http.__name__, "AsyncClient.send"),
     # the one door to the transport: what reached the connection (never sent is `none`)
     (http.__name__, "AsyncClient._send_single_request"),
+    # the json= dict the SDK builds each POST from: the law reads it, never the bytes again
+    (http.__name__, "AsyncClient.build_request"),
     ("mcp.client.session", "ClientSession.call_tool"),
     ("mcp.client.stdio", "stdio_client"),
 ]

@@ -18,7 +18,8 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import repeat
+from operator import is_, itemgetter
 from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -30,19 +31,24 @@ from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import AnswerWatch, answer_of, json_message
+from otel_mcp_replay.answers import AnswerWatch, Replay, answer_of, json_message
 from otel_mcp_replay.call import CURRENT_CALL, Attempt, Route, ToolCall, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
+    NOT_PERMITTED,
     PROTOCOL,
     Answer,
+    Decision,
+    Declined,
     Outcome,
     Permission,
+    Repeat,
     Reply,
     Target,
     classify,
+    permit,
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage, carried_call, sent_suppressed
@@ -51,7 +57,6 @@ from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
 
-_MAX_JSON_BODY = 8 * 1024 * 1024  # a request body past this is not parsed: it passes through
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 # How long a cut SSE POST's answer is awaited on the stream: a server that took the request answers
 # there within milliseconds; past this the attempt's effect stays unknown.
@@ -64,6 +69,7 @@ class HttpLibrary:
 
     module: ModuleType
     watch: type[AnswerWatch]  # AnswerWatch as that library's own async byte stream
+    replay: type[Replay]  # Replay, the same
     # Never sent: the connection was not made, so the server cannot have run anything.
     not_sent: tuple[type[BaseException], ...]
 
@@ -75,13 +81,14 @@ class HttpLibrary:
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
     ) -> HttpLibrary:
         watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
+        replay = type("Replay", (Replay, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
             module.ConnectTimeout,
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, not_sent, synthetic_status, resolves_lost_answers)
+        return cls(module, watch, replay, not_sent, synthetic_status, resolves_lost_answers)
 
 
 def send(
@@ -161,6 +168,10 @@ def _post(
             return wrapped(*args, **kwargs)
         body = _json_body(http, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
+        unbound = call is not None and call.declaration is None  # the call's request not seen yet
+        if body is None and unbound and (sse or streamable) and _unreadable_call(http, request):
+            assert call is not None
+            return _not_read(http, call, request)
         return wrapped(*args, **kwargs)  # a response to the server is never repeated
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
@@ -186,6 +197,8 @@ def _post(
         and target.tool == call.tool
         and (call.declaration is None or call.request_id == target.request_id)
     ):
+        # What the law says of a repeat after a cut: read by the answer watch (_read_reply).
+        _AFTER_A_CUT[call] = NOT_PERMITTED if rt.fail_closed else permit(declaration, target, "network")
         return _tool_series(
             rt,
             http,
@@ -268,14 +281,74 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
+# The request the client built last from a `json=` object, with that object (one tuple, swapped
+# whole: a thread building meanwhile can only make the pair miss, never mismatch).
+_NOTHING_BUILT: tuple[object, object] = (None, None)
+_BUILT: list[tuple[object, object]] = [_NOTHING_BUILT]
+
+
+def built(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`AsyncClient.build_request`: a request built from a `json=` dict (the mcp SDK builds every
+    message it POSTs so, on both lines) is kept with that dict until it is sent. Its bytes are that
+    dict encoded, nothing else (no `content`, `data` or `files` beside it): the law reads the
+    request's id, tool and key from the dict, and never parses the bytes again, whatever their size."""
+    request = wrapped(*args, **kwargs)
+    message = kwargs.get("json")
+    if (
+        type(message) is dict
+        and kwargs.get("content") is None
+        and not kwargs.get("data")
+        and not kwargs.get("files")
+    ):
+        _BUILT[0] = (request, message)
+    return request
+
+
 def _json_body(http: HttpLibrary, request: Any) -> object:
+    """The request's JSON-RPC message: the dict it was built from (`built`), else its bytes parsed,
+    of any size (no size lifts the law). None: it holds no JSON, or its body cannot be read."""
+    built_from, message = _BUILT[0]
+    if built_from is request:
+        _BUILT[0] = _NOTHING_BUILT
+        if type(message) is dict and _read_as_json(message):
+            return message
     try:
         content = request.content
     except http.module.RequestNotRead:
         return None
-    if len(content) > _MAX_JSON_BODY:
-        return None
     return json_message(content)
+
+
+def _unreadable_call(http: HttpLibrary, request: Any) -> bool:
+    """A POST of a call's that may carry its tools/call, and whose body cannot be read as JSON."""
+    try:
+        content = request.content
+    except http.module.RequestNotRead:
+        return True  # a streamed body: what it carries cannot be known before it is sent
+    return b"tools/call" in content
+
+
+async def _not_read(http: HttpLibrary, call: ToolCall, request: Any) -> Any:
+    """Fail closed before sending: the call ends with an error that says its request could not be
+    read (the SDK is handed a 202, which ends nothing else; the call seam raises the error)."""
+    call.stop(ReplayUnavailableError(call.tool, unreadable=True))
+    return http.module.Response(202, request=request)
+
+
+def _read_as_json(message: dict[Any, Any]) -> bool:
+    """The levels of `message` the law reads (the request, its params, their arguments) have only
+    exact str keys, as a parsed JSON text's have: then it reads them as it reads parsed JSON."""
+    if not _str_keys(message):
+        return False
+    params = message.get("params")
+    if type(params) is not dict:
+        return True
+    arguments = params.get("arguments") if _str_keys(params) else None
+    return _str_keys(params) and (type(arguments) is not dict or _str_keys(arguments))
+
+
+def _str_keys(level: dict[Any, Any]) -> bool:
+    return all(map(is_, map(type, level), repeat(str)))  # in C: no key's own __eq__ runs
 
 
 def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
@@ -539,6 +612,13 @@ async def _tool_exchange(
         outcome = classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time())
     else:
         outcome = classify(status, reply)
+    if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
+        # A whole JSON body without this id's answer: mcp 2.x would route it elsewhere and leave the
+        # call waiting for its caller's timeout, where 1.x ends it at once (ToolCall.handled); the
+        # call lacked its answer, so it ends now, as on 1.x: the SDK resolves it with this error,
+        # which the call seam turns into UnknownEffectError.
+        await response.aclose()
+        response = _synthetic_error(http, request, attempt.call.request_id, "no answer to the request")
     return outcome, response, None
 
 
@@ -609,12 +689,49 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
             if answer_id == request_id:
                 attempt.answered(kind)
 
-        def on_end(error: BaseException | None) -> None:
-            attempt.stream_ended(error if isinstance(error, transport_error) else None)
+        after_a_cut = _AFTER_A_CUT.get(attempt.call, NOT_PERMITTED)
 
-        response.stream = http.watch(response.stream, on_answer, on_end)
+        def on_end(error: BaseException | None) -> None:
+            cut = error if isinstance(error, transport_error) else None
+            if cut is not None and attempt.state == "awaiting" and isinstance(after_a_cut, Declined):
+                attempt.declined = after_a_cut.reason  # why this cut is not repeated: the law's word
+            attempt.stream_ended(cut)
+
+        watch = http.watch(response.stream, on_answer, on_end)
+        response.stream = watch
+        if isinstance(after_a_cut, Repeat):
+            return await _until_answer(http, response, watch, attempt)
         return "later"
     return "other"
+
+
+# Per call, what the law says of a repeat after a `network` failure. Where it permits one, the
+# call's event streams are read here until the answer (_until_answer), so a cut can be repeated.
+_AFTER_A_CUT: weakref.WeakKeyDictionary[ToolCall, Decision] = weakref.WeakKeyDictionary()
+
+
+async def _until_answer(http: HttpLibrary, response: Any, watch: AnswerWatch, attempt: Attempt) -> Reply:
+    """Read an event stream here until the call's answer, the stream's end, or an event that asks
+    the client something (the server waits for its answer: the SDK must see it now), then hand the
+    SDK every byte read, unchanged, and the rest. A cut before any of them raises the client's
+    TransportError here, before the SDK saw a byte: the attempt is `cut`, which the series repeats
+    as the law permits, as it repeats a cut JSON body; once the SDK reads the stream, nothing can."""
+    read: list[bytes] = []
+    rest = watch.__aiter__()
+    try:
+        while attempt.early is None and not watch.asked:
+            try:
+                read.append(await rest.__anext__())
+            except StopAsyncIteration:
+                break
+    except BaseException:  # cut, or the caller gave up: the response will not be delivered
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        raise
+    response.stream = http.replay(read, rest, watch)
+    if attempt.early is not None:
+        return attempt.early  # the answer came whole: what it was is known now
+    return "later" if watch.asked else "other"  # ended without the answer: a 2xx without it
 
 
 async def _session_busy(adapter: str, response: Any) -> bool:
