@@ -178,7 +178,7 @@ def test_every_shipped_config_starts_and_reports_healthy(
     settings["MCP_REPLAY_GATEWAY_HOSTNAME"] = o.HOST
     settings["MCP_REPLAY_GATEWAY_PORT"] = str(o.free_port())
     with o.running_collector(bins.otelcol, config, tmp_path, settings) as collector:
-        assert collector.healthy()
+        assert collector.process.healthy()
         assert "otelcol_process_uptime" in collector.metrics()  # its own telemetry, where it was moved
         text = collector.process.log_text(400)
     assert "Everything is ready" in text, text
@@ -464,7 +464,7 @@ def test_the_app_s_calls_complete_and_the_collector_stays_bounded_when_jaeger_is
             jaeger.process.pause()
         runs = [run_demo_agent(tmp_path / str(n), collector.traces_endpoint) for n in range(3)]
         assert o.wait_until(lambda: decided(collector) >= 3 * len(without_export.seen), ARRIVAL_GUARD_S)
-        assert collector.healthy()
+        assert collector.process.healthy()
         rss = collector.process.rss_bytes()
         if how == "stalled":
             # Nothing was lost while Jaeger hung: the Collector's retry delivers once it answers.
