@@ -84,6 +84,7 @@ def run_demo_agent(
     **extra: str,
 ) -> AgentRun:
     tools = ("search", "charge", "send_email")
+    work.mkdir(parents=True, exist_ok=True)
     with demo_servers(work, fixed_ports=False, faults=faults) as demo:
         env = agent_environment(demo, traces_endpoint, **extra)
         done = run_agent(env, timeout=AGENT_GUARD_S)
