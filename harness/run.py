@@ -10,6 +10,10 @@ tool call's trace as a tree. Everything binds 127.0.0.1 and is stopped at the en
 The servers take the ports `examples/replay.toml` names (8765, 8766) so the example file is used
 as it is; when one is taken, they take ephemeral ports and the agent gets a copy of the file whose
 endpoint keys are rewritten to match.
+
+`--jaeger` sends the spans through the real OpenTelemetry Collector (collector-config/otelcol.yaml,
+unchanged) into Jaeger v2, both built by scripts/otel-binaries, and prints each trace as Jaeger's
+query API returns it (collector-config/README.md).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ AGENT: Final = EXAMPLES / "agent.py"
 CONFIG: Final = EXAMPLES / "replay.toml"
 AGENT_TIMEOUT_S: Final = 20.0
 SPANS_TIMEOUT_S: Final = 5.0
+# --jaeger: how long the Collector's tail sampling holds a trace before it decides (the shipped
+# default, 30 s, is for production; the demo's calls end in under a second).
+JAEGER_DECISION_WAIT_S: Final = 2
 
 # The endpoints of examples/replay.toml (name -> origin), and the faults each one's tools meet:
 # `FaultPlan.from_json`'s format, one fault per POST of that tool, in order; then calls pass.
@@ -113,7 +120,7 @@ def _port_of(origin: str) -> int:
 
 
 def _serve(origin: str, faults: Mapping[str, list[dict[str, Any]]], fixed_port: bool) -> ServerHandle:
-    plan = FaultPlan.from_json(json.dumps(faults))
+    plan = FaultPlan.from_json(json.dumps(dict(faults)))
     if fixed_port:
         try:
             return running_server("streamable", fault_plan=plan, port=_port_of(origin))
@@ -123,15 +130,21 @@ def _serve(origin: str, faults: Mapping[str, list[dict[str, Any]]], fixed_port: 
 
 
 @contextlib.contextmanager
-def demo_servers(work_dir: Path, config: Path = CONFIG, *, fixed_ports: bool = True) -> Iterator[DemoServers]:
-    """Serve every endpoint of ORIGINS with its FAULTS; stop them all on exit.
+def demo_servers(
+    work_dir: Path,
+    config: Path = CONFIG,
+    *,
+    fixed_ports: bool = True,
+    faults: Mapping[str, Mapping[str, list[dict[str, Any]]]] = FAULTS,
+) -> Iterator[DemoServers]:
+    """Serve every endpoint of ORIGINS with its `faults` (default FAULTS); stop them all on exit.
 
     The config is `config` itself when every server got its port, else a copy in `work_dir` with
     each origin replaced by the one actually served.
     """
     with contextlib.ExitStack() as stack:
         servers = {
-            name: stack.enter_context(_serve(origin, FAULTS[name], fixed_ports))
+            name: stack.enter_context(_serve(origin, faults.get(name, {}), fixed_ports))
             for name, origin in ORIGINS.items()
         }
         text = config.read_text(encoding="utf-8")
@@ -244,6 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--agent", type=Path, default=AGENT, help="the agent script (default: %(default)s)")
     parser.add_argument("--config", type=Path, default=CONFIG, help="replay config (default: %(default)s)")
+    parser.add_argument(
+        "--jaeger",
+        action="store_true",
+        help="export through the OpenTelemetry Collector (collector-config/otelcol.yaml) into Jaeger v2, "
+        "both built by scripts/otel-binaries, and print each trace as Jaeger returns it",
+    )
     args = parser.parse_args(argv)
     agent: Path = args.agent.resolve()
     config: Path = args.config.resolve()
@@ -255,19 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str = "") -> None:
         print(text, flush=True)
 
-    with (
-        tempfile.TemporaryDirectory(prefix="mcp-replay-demo-") as work,
-        demo_servers(Path(work), config) as demo,
-        OtlpReceiver() as receiver,
-    ):
-        say("otel-mcp-replay demo: two MCP servers, the agent and an OTLP receiver, all on 127.0.0.1")
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-replay-demo-")))
+        demo = stack.enter_context(demo_servers(work, config))
+        sink: SpanSink = stack.enter_context(JaegerSink(work) if args.jaeger else ReceiverSink())
+        say(f"otel-mcp-replay demo: two MCP servers, the agent and {sink.description}, all on 127.0.0.1")
         say()
         for name, handle in demo.servers.items():
             say(f"  {name} server {handle.url}, faults on each tool's first tools/call POSTs:")
             for tool, faults in FAULTS[name].items():
                 say(f"    {tool:<11} " + ", then ".join(_describe(f) for f in faults))
         say()
-        env = agent_environment(demo, receiver.traces_endpoint)
+        env = agent_environment(demo, sink.traces_endpoint)
         say("$ env \\")
         for key in _SHOWN:
             value = _display(demo.config) if key == ev.OTEL_PYTHON_MCP_REPLAY_CONFIG else env[key]
@@ -289,24 +307,113 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"demo: the agent exited with status {done.returncode}")
             return 1
         calls = done.stdout.count(" -> ")
-        arrived = receiver.wait_for(lambda spans: records_received(spans) >= calls, timeout=SPANS_TIMEOUT_S)
+        spans = sink.wait_for_records(calls)
         say()
         say("What the servers really did (their own counters):")
         for name, handle in demo.servers.items():
             say(f"  {name:<8} {_ground_truth(handle)}")
-        traces = tool_call_traces(receiver.spans())
+        traces = tool_call_traces(spans)
         say()
-        say(f"The trace of each tool call, as exported ({len(traces)} calls):")
+        say(f"The trace of each tool call, {sink.shown_as} ({len(traces)} calls):")
         say(_LEGEND)
         say()
         say(_READING)
         for members in traces:
             say()
             say(format_trace_tree(members))
-        if not arrived:
-            say(f"demo: expected {calls} request_attempts records, got {records_received(receiver.spans())}")
+        if records_received(spans) < calls:
+            say(f"demo: expected {calls} request_attempts records, got {records_received(spans)}")
             return 1
     return 0
+
+
+class SpanSink(contextlib.AbstractContextManager["SpanSink"]):
+    """Where the agent exports, and how the demo reads back what arrived."""
+
+    description: str
+    shown_as: str
+
+    @property
+    def traces_endpoint(self) -> str:
+        raise NotImplementedError
+
+    def wait_for_records(self, calls: int) -> list[SpanDict]:
+        raise NotImplementedError
+
+
+class ReceiverSink(SpanSink):
+    """The quick way: harness/receiver.py's OTLP receiver, spans as exported."""
+
+    description = "an OTLP receiver"
+    shown_as = "as exported"
+
+    def __init__(self) -> None:
+        self.receiver = OtlpReceiver()
+
+    def __enter__(self) -> ReceiverSink:
+        self.receiver.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.receiver.stop()
+
+    @property
+    def traces_endpoint(self) -> str:
+        return self.receiver.traces_endpoint
+
+    def wait_for_records(self, calls: int) -> list[SpanDict]:
+        self.receiver.wait_for(lambda spans: records_received(spans) >= calls, timeout=SPANS_TIMEOUT_S)
+        return self.receiver.spans()
+
+
+class JaegerSink(SpanSink):
+    """`--jaeger`: the Collector (collector-config/otelcol.yaml, unchanged) in front of Jaeger v2,
+    both built by scripts/otel-binaries; the traces are read back from Jaeger's query API."""
+
+    description = "the OpenTelemetry Collector in front of Jaeger"
+    shown_as = "as Jaeger returns them (/api/v3/traces/{id})"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> JaegerSink:
+        from harness import otel_stack as o  # only here: plain runs never look for the binaries
+
+        found = o.binaries()
+        with contextlib.ExitStack() as stack:  # what started is stopped if the rest fails to
+            self.jaeger = stack.enter_context(o.running_jaeger(found.jaeger, self.work))
+            settings = {
+                "MCP_REPLAY_JAEGER_ENDPOINT": self.jaeger.otlp_grpc,
+                "MCP_REPLAY_TEMPO_ENDPOINT": o.closed_endpoint(),  # Tempo is not run here
+                "MCP_REPLAY_SAMPLE_PERCENT": "100",  # every call shown, not one in ten
+                "MCP_REPLAY_DECISION_WAIT": f"{JAEGER_DECISION_WAIT_S}s",
+            }
+            self.collector = stack.enter_context(
+                o.running_collector(found.otelcol, o.SINGLE, self.work, settings)
+            )
+            self.stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    @property
+    def traces_endpoint(self) -> str:
+        return self.collector.traces_endpoint
+
+    def spans(self) -> list[SpanDict]:
+        service = "mcp-demo-agent"
+        if service not in self.jaeger.services():
+            return []
+        return [s for trace in self.jaeger.find(service) for s in self.jaeger.spans_v3(trace["traceID"])]
+
+    def wait_for_records(self, calls: int) -> list[SpanDict]:
+        from harness import otel_stack as o
+
+        timeout = JAEGER_DECISION_WAIT_S + SPANS_TIMEOUT_S + 10
+        o.wait_until(lambda: records_received(self.spans()) >= calls, timeout, interval=0.5)
+        return self.spans()
 
 
 if __name__ == "__main__":

@@ -62,8 +62,10 @@ DATASOURCES = CC / "grafana" / "provisioning" / "datasources" / "tempo.yaml"
 DASHBOARD_PROVIDER = CC / "grafana" / "provisioning" / "dashboards" / "mcp-replay.yaml"
 DASHBOARD = CC / "grafana" / "dashboards" / "mcp-replay.json"
 README = CC / "README.md"
+BUILDER_MANIFEST = CC / "builder-config.yaml"
+JAEGER_LOCAL = CC / "jaeger-local.yaml"
 
-COLLECTOR_VERSION = "0.136.0"
+COLLECTOR_VERSION = "0.161.0"
 COLLECTOR_IMAGE = f"otel/opentelemetry-collector-contrib:{COLLECTOR_VERSION}"
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +173,20 @@ def plugin_attribute_keys() -> set[str]:
 
 
 EVENT_NAMES = frozenset(value for name, value in telemetry_strings().items() if name.endswith("_EVENT"))
-SPAN_KEYS = frozenset((*t.ATTEMPT_SPAN_KEYS, *t.CALL_SPAN_KEYS, t.POLICY, t.MCP_SESSION_ID))
+# The call span carries the call's outcome too (contract, "The call span": policy, sent, effect,
+# verdict, may_have_run), so tail sampling reads it without copying it from the record.
+SPAN_KEYS = frozenset(
+    (
+        *t.ATTEMPT_SPAN_KEYS,
+        *t.CALL_SPAN_KEYS,
+        t.POLICY,
+        t.SENT,
+        t.EFFECT,
+        t.VERDICT,
+        t.MAY_HAVE_RUN,
+        t.MCP_SESSION_ID,
+    )
+)
 EVENT_KEYS = frozenset(t.RECORD_KEYS)
 
 # The words each key may hold (docs/contract.md, "Telemetry"), from telemetry.py.
@@ -500,6 +515,15 @@ def test_secrets_in_a_status_message_do_not_reach_the_backends(layout: str) -> N
         assert "****" not in span["status"], span["status"]
 
 
+@pytest.mark.parametrize("layout", ("single", "two-tier"))
+def test_url_query_values_do_not_reach_the_backends(layout: str) -> None:
+    url = "https://api.example.com/mcp/items?tenant=Canary7781&q=Canary7782#frag"
+    span = sample_span(1, "GET", {"url.full": url, "http.url": url})
+    (sent,) = run_layout(layout, [span], sampled=True).exported["otlp/jaeger"]
+    masked_url = "https://api.example.com/mcp/items?tenant=****&q=****#frag"
+    assert sent["attributes"] == {"url.full": masked_url, "http.url": masked_url}
+
+
 # What each redacting stage does not reach, and the claims that said otherwise.
 REDACTION_OVERCLAIMS = ("fail closed", "fails closed", "attributes alike")
 REDACTION_LIMITS = (
@@ -763,10 +787,24 @@ SAMPLED_AND_UNCERTAIN = {
 }
 PIPELINE_ORDER: dict[Path, dict[str, list[str]]] = {
     SINGLE: {
-        "traces": ["memory_limiter", "redaction", "transform/redact_status", "transform/mark_uncertain"],
+        "traces": [
+            "memory_limiter",
+            "redaction",
+            "transform/redact_status",
+            "transform/redact_url_queries",
+            "transform/mark_uncertain",
+        ],
         **SAMPLED_AND_UNCERTAIN,
     },
-    AGENT: {"traces": ["memory_limiter", "redaction", "transform/redact_status", "batch"]},
+    AGENT: {
+        "traces": [
+            "memory_limiter",
+            "redaction",
+            "transform/redact_status",
+            "transform/redact_url_queries",
+            "batch",
+        ]
+    },
     GATEWAY: {"traces": ["memory_limiter", "transform/mark_uncertain"], **SAMPLED_AND_UNCERTAIN},
 }
 
@@ -806,7 +844,8 @@ def test_component_keys_are_the_releases(path: Path) -> None:
 
 @pytest.mark.parametrize("path", (SINGLE, AGENT), ids=lambda p: p.name)
 def test_otlp_receivers_listen_on_all_container_addresses(path: Path) -> None:
-    protocols = load_yaml(path)["receivers"]["otlp"]["protocols"]
+    # By default (a container's); the end-to-end tests move them to 127.0.0.1 by environment.
+    protocols = resolve(load_yaml(path)["receivers"]["otlp"]["protocols"])
     assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
     assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
 
@@ -816,7 +855,8 @@ def test_every_setting_read_from_the_environment_has_a_default_and_is_documented
     text = path.read_text()
     readme = README.read_text()
     code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    assert code.count("${") == len(ENV_REF.findall(code)), (
+    # `$${` is an escaped `$` (transform/redact_url_queries' `$${1}`), not a reference.
+    assert len(re.findall(r"(?<!\$)\$\{", code)) == len(ENV_REF.findall(code)), (
         f"{path.name}: a ${{...}} that is not ${{env:NAME:-default}}"
     )
     for name, default in ENV_REF.findall(code):
@@ -908,7 +948,11 @@ def test_policies_keep_every_uncertain_call_and_every_error(path: Path) -> None:
         c for p in top if p["type"] == "ottl_condition" for c in p["ottl_condition"].get("spanevent", [])
     ]
     assert any(t.RECORD_REFUSED_EVENT in c for c in conditions)
-    assert any(t.MAY_HAVE_RUN in c for c in conditions)
+    # The call span's own attribute (contract, "The call span"), read without copying.
+    assert any(
+        p["type"] == "boolean_attribute" and p["boolean_attribute"] == {"key": t.MAY_HAVE_RUN, "value": True}
+        for p in top
+    )
     # The keeping policies stand alone at the top (an `and` around them would narrow them) and nothing drops.
     assert not [p for p in policies if p["type"] in {"drop", "composite", "rate_limiting"}]
     assert not [p for p in policies if (p.get(p["type"]) or {}).get("invert_match")]
@@ -962,6 +1006,9 @@ OTTL_SET_TRUE = re.compile(r'set\(span\.attributes\["([^"]+)"\], true\) where (.
 OTTL_DELETE_KEY = re.compile(r'delete_key\(span\.attributes, "([^"]+)"\)')
 OTTL_REPLACE_STATUS = re.compile(
     rf"replace_pattern\(span\.status\.message, ({_OTTL_STRING}), ({_OTTL_STRING})\)"
+)
+OTTL_REPLACE_ATTRIBUTE = re.compile(
+    rf'replace_pattern\(span\.attributes\["([^"]+)"\], ({_OTTL_STRING}), ({_OTTL_STRING})\)'
 )
 
 Span = dict[str, Any]  # {"id", "name", "attributes", "events": [{"name", "attributes"}], "status"}
@@ -1018,6 +1065,14 @@ def run_transform(section: Mapping[str, Any], span: Span) -> None:
             elif match := OTTL_DELETE_KEY.fullmatch(statement):
                 assert context == "span", statement
                 span["attributes"].pop(match.group(1), None)
+            elif match := OTTL_REPLACE_ATTRIBUTE.fullmatch(statement):
+                assert context == "span", statement
+                key = match.group(1)
+                pattern, replacement = (ottl_string(g) for g in match.groups()[1:])
+                # The config loader reads `$$` as `$`; Go's `${1}` is Python's `\g<1>`.
+                replacement = re.sub(r"\$\{(\d+)\}", r"\\g<\1>", replacement.replace("$$", "$"))
+                if isinstance(span["attributes"].get(key), str):
+                    span["attributes"][key] = re.sub(pattern, replacement, span["attributes"][key])
             elif match := OTTL_REPLACE_STATUS.fullmatch(statement):
                 assert context == "span", statement
                 pattern, replacement = (ottl_string(g) for g in match.groups())
@@ -1126,6 +1181,14 @@ def record(**attributes: Any) -> Span:
 
 ATTEMPT = {t.MCP_METHOD_NAME: "tools/call", t.GEN_AI_TOOL_NAME: "charge", t.JSONRPC_REQUEST_ID: "7"}
 CALL = {**ATTEMPT, t.POLICY: "app-authorized"}
+
+
+def call_span(number: int, *, effect: str, may_have_run: bool) -> Span:
+    """A call span as the contract draws it: the call's outcome on the span itself, and in its record."""
+    outcome = {t.EFFECT: effect, t.MAY_HAVE_RUN: may_have_run}
+    return sample_span(number, "tools/call charge", {**CALL, **outcome}, [record(**outcome)])
+
+
 # (span, uncertain?): one of each way the contract marks a call uncertain, and spans that are not.
 SAMPLE_SPANS: list[tuple[Span, bool]] = [
     (
@@ -1142,11 +1205,8 @@ SAMPLE_SPANS: list[tuple[Span, bool]] = [
         ),
         True,
     ),
-    (
-        sample_span(3, "tools/call charge", CALL, [record(**{t.EFFECT: "unknown", t.MAY_HAVE_RUN: False})]),
-        True,
-    ),
-    (sample_span(4, "tools/call charge", CALL, [record(**{t.EFFECT: "none", t.MAY_HAVE_RUN: True})]), True),
+    (call_span(3, effect="unknown", may_have_run=False), True),
+    (call_span(4, effect="none", may_have_run=True), True),
     (sample_span(5, "tools/call charge", CALL, [{"name": t.RECORD_REFUSED_EVENT, "attributes": {}}]), True),
     (sample_span(6, "tools/call charge", {**CALL, t.DECLINED: "repeat-of-unknown"}), True),
     (sample_span(7, t.ATTEMPT_SPAN_NAME, {**ATTEMPT, t.ATTEMPT: 1, t.EFFECT: "applied"}), False),
@@ -1158,10 +1218,7 @@ SAMPLE_SPANS: list[tuple[Span, bool]] = [
         ),
         False,
     ),
-    (
-        sample_span(9, "tools/call charge", CALL, [record(**{t.EFFECT: "applied", t.MAY_HAVE_RUN: False})]),
-        False,
-    ),
+    (call_span(9, effect="applied", may_have_run=False), False),
     (sample_span(10, "MCP send tools/call charge", {t.MCP_METHOD_NAME: "tools/call"}), False),
     (
         sample_span(
@@ -1270,8 +1327,8 @@ def test_agent_routes_by_trace_id_to_the_gateways() -> None:
     exporter = load_yaml(AGENT)["exporters"]["loadbalancing"]
     assert exporter["routing_key"] == "traceID"
     dns = exporter["resolver"]["dns"]
-    gateway_grpc = load_yaml(GATEWAY)["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
-    assert gateway_grpc.rsplit(":", 1)[1] == str(dns["port"])
+    gateway_grpc = resolve(load_yaml(GATEWAY)["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])
+    assert gateway_grpc.rsplit(":", 1)[1] == str(resolve(dns["port"]))
     assert "otelcol-gateway" in load_yaml(COMPOSE_TWO_TIER)["services"]
     assert resolve(dns["hostname"]) == "otelcol-gateway"
     assert pipelines(load_yaml(AGENT))["traces"]["exporters"] == ["loadbalancing"]
@@ -1435,8 +1492,10 @@ def test_every_config_file_is_mounted_by_a_compose_file() -> None:
         return any(path.resolve() == s or s in path.resolve().parents for s in sources)
 
     assert config_files(), "no config files found"
+    # The builder's manifest and the local Jaeger's config are read outside any container.
+    local = (COMPOSE, COMPOSE_TWO_TIER, BUILDER_MANIFEST, JAEGER_LOCAL)
     for path in config_files():
-        if path not in (COMPOSE, COMPOSE_TWO_TIER):
+        if path not in local:
             assert mounted(path), f"{path.relative_to(CC)} is not mounted by either compose file"
 
 
@@ -1448,7 +1507,7 @@ def test_the_collector_serves_its_own_metrics_where_a_published_port_reaches_the
     """By default the collector serves its metrics on localhost:8888 (collector v0.136.0,
     service/telemetry/otelconftelemetry/factory.go): inside a container, out of every published
     port's reach. A reader written out also loses the default reader's naming unless told."""
-    (reader,) = load_yaml(path)["service"]["telemetry"]["metrics"]["readers"]
+    (reader,) = resolve(load_yaml(path)["service"]["telemetry"]["metrics"]["readers"])
     prometheus = reader["pull"]["exporter"]["prometheus"]
     assert prometheus["host"] == "0.0.0.0" and prometheus["port"] == METRICS_PORT
     for naming in ("without_units", "without_type_suffix", "without_scope_info"):
@@ -1742,3 +1801,42 @@ def test_the_readme_jaeger_searches_use_contract_keys_and_words() -> None:
                 assert value.isdigit()
             else:
                 assert key in FREE_TEXT_KEYS
+
+
+# ---------------------------------------------------------------------------------------------
+# The Collector Builder manifest
+
+# Each module's component type, as its factory names it (the type a config's key starts with).
+MODULE_TYPES = {
+    "healthcheckextension": "health_check",
+    "otlpreceiver": "otlp",
+    "memorylimiterprocessor": "memory_limiter",
+    "batchprocessor": "batch",
+    "redactionprocessor": "redaction",
+    "transformprocessor": "transform",
+    "filterprocessor": "filter",
+    "tailsamplingprocessor": "tail_sampling",
+    "forwardconnector": "forward",
+    "otlpexporter": "otlp",
+    "loadbalancingexporter": "loadbalancing",
+}
+
+
+def test_the_builder_manifest_lists_exactly_the_components_the_configs_use_at_one_release() -> None:
+    """The end-to-end tests start the built binary on each config, which refuses an unknown type;
+    this holds the other half: nothing in the manifest that no config uses."""
+    manifest = load_yaml(BUILDER_MANIFEST)
+    listed: dict[str, set[str]] = {}
+    for kind in KNOWN_TYPES:
+        for entry in manifest.get(kind) or []:
+            module, version = entry["gomod"].split()
+            assert version == f"v{COLLECTOR_VERSION}", entry["gomod"]
+            listed.setdefault(kind, set()).add(MODULE_TYPES[module.rsplit("/", 1)[1]])
+    used: dict[str, set[str]] = {}
+    for path in COLLECTORS:
+        config = load_yaml(path)
+        for kind in KNOWN_TYPES:
+            used.setdefault(kind, set()).update(name.split("/")[0] for name in config.get(kind) or {})
+    assert {k: v for k, v in listed.items() if v} == {k: v for k, v in used.items() if v}
+    assert manifest["dist"]["version"] == COLLECTOR_VERSION
+    assert set(manifest) <= {"dist", "replaces", *KNOWN_TYPES}

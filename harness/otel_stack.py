@@ -1,0 +1,356 @@
+"""A real OpenTelemetry Collector and a real Jaeger v2, run from the binaries scripts/otel-binaries builds.
+
+The rule kept here: every process started is stopped on exit (terminated, then killed), and each
+listens only on 127.0.0.1, on ports free when it starts. Waits are bounded polls that guard a hang;
+none decides anything by a clock. The collector runs a shipped config unchanged: its endpoints come
+from the `MCP_REPLAY_*` environment variables the config reads (collector-config/README.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from harness.receiver import EventDict, SpanDict
+
+REPO: Final = Path(__file__).resolve().parents[1]
+CC: Final = REPO / "collector-config"
+SINGLE: Final = CC / "otelcol.yaml"
+AGENT: Final = CC / "otelcol-agent.yaml"
+GATEWAY: Final = CC / "otelcol-gateway.yaml"
+JAEGER_CONFIG: Final = CC / "jaeger-local.yaml"
+BUILD_SCRIPT: Final = REPO / "scripts" / "otel-binaries"
+HOST: Final = "127.0.0.1"
+START_TIMEOUT_S: Final = 90.0  # a cold start on a busy 2-core machine; a guard, never a verdict
+_KINDS: Final = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+_STATUS: Final = ("UNSET", "OK", "ERROR")
+
+
+class BinariesMissing(RuntimeError):
+    """The Collector or Jaeger binary is not built: run scripts/otel-binaries."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    otelcol: Path
+    jaeger: Path
+
+
+def binaries() -> Binaries:
+    """Where scripts/otel-binaries put them (it is asked, so the two never disagree on the path)."""
+    done = subprocess.run(
+        [str(BUILD_SCRIPT), "--print"], capture_output=True, text=True, timeout=60, check=False
+    )
+    found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    if done.returncode != 0 or not {"OTELCOL", "JAEGER"} <= set(found):
+        raise BinariesMissing(
+            "the Collector and Jaeger binaries are not built: run scripts/otel-binaries "
+            f"(it printed: {done.stdout.strip()!r} {done.stderr.strip()!r})"
+        )
+    return Binaries(Path(found["OTELCOL"]), Path(found["JAEGER"]))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def closed_endpoint() -> str:
+    """A 127.0.0.1 endpoint nothing listens on (a backend that is down, or not run here: Tempo)."""
+    return f"{HOST}:{free_port()}"
+
+
+def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _healthy(url: str) -> bool:
+    with contextlib.suppress(OSError):
+        status, _ = http_get(url, timeout=2.0)
+        return status == 200
+    return False
+
+
+@dataclass
+class Process:
+    """A binary running on 127.0.0.1, with its log; stopped by `stop`, paused by `pause`."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    health_url: str
+
+    def healthy(self) -> bool:
+        return self.popen.poll() is None and _healthy(self.health_url)
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.log_text()}")
+            if _healthy(self.health_url):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not healthy within {timeout:.0f} s:\n{self.log_text()}")
+
+    def log_text(self, tail: int = 60) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-tail:])
+        return ""
+
+    def pause(self) -> None:
+        """Stalled, not gone: its sockets stay open and accept, and nothing answers."""
+        self.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.popen.send_signal(signal.SIGCONT)
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"{self.name}: no VmRSS")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.resume()  # a stopped process does not act on SIGTERM until continued
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def _running(
+    name: str, argv: list[str], env: Mapping[str, str], log: Path, health_url: str
+) -> Iterator[Process]:
+    out: IO[bytes] = log.open("wb")
+    try:
+        popen = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    except BaseException:
+        out.close()
+        raise
+    process = Process(name, popen, log, health_url)
+    try:
+        process.wait_healthy()
+        yield process
+    finally:
+        process.stop()
+        out.close()
+
+
+@dataclass
+class Jaeger:
+    process: Process
+    otlp_grpc: str  # host:port, what a collector's otlp exporter sends to
+    query_url: str  # http://127.0.0.1:port, the query API (/api/traces, /api/v3/...)
+
+    def get(self, path: str, **params: str) -> tuple[int, bytes]:
+        query = ("?" + urllib.parse.urlencode(params)) if params else ""
+        return http_get(self.query_url + path + query)
+
+    def services(self) -> list[str]:
+        status, body = self.get("/api/services")
+        assert status == 200, body[:200]
+        return list(json.loads(body)["data"] or [])
+
+    def find(
+        self, service: str, tags: Mapping[str, str] | None = None, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """`/api/traces`, what the UI's search runs: the traces with a span matching every tag."""
+        params = {"service": service, "lookback": "1h", "limit": str(limit)}
+        if tags:
+            params["tags"] = json.dumps(dict(tags))
+        status, body = self.get("/api/traces", **params)
+        assert status == 200, body[:300]
+        found: list[dict[str, Any]] = json.loads(body)["data"] or []
+        return found
+
+    def trace_v3(self, trace_id: str) -> tuple[int, bytes]:
+        return self.get(f"/api/v3/traces/{trace_id}")
+
+    def spans_v3(self, trace_id: str) -> list[SpanDict]:
+        """One trace from `/api/v3/traces/{id}` (OTLP JSON), as the receiver's span dicts."""
+        status, body = self.trace_v3(trace_id)
+        if status == 404:
+            return []
+        assert status == 200, body[:300]
+        return otlp_json_spans(json.loads(body)["result"])
+
+
+@contextlib.contextmanager
+def running_jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
+    otlp, http, grpc, health = (free_port() for _ in range(4))
+    env = {
+        "MCP_REPLAY_JAEGER_OTLP_GRPC": f"{HOST}:{otlp}",
+        "MCP_REPLAY_JAEGER_QUERY_HTTP": f"{HOST}:{http}",
+        "MCP_REPLAY_JAEGER_QUERY_GRPC": f"{HOST}:{grpc}",
+        "MCP_REPLAY_JAEGER_HEALTH": f"{HOST}:{health}",
+    }
+    argv = [str(binary), f"--config={JAEGER_CONFIG}"]
+    log = work_dir / f"jaeger-{otlp}.log"
+    with _running("jaeger", argv, env, log, f"http://{HOST}:{health}/status") as process:
+        yield Jaeger(process, f"{HOST}:{otlp}", f"http://{HOST}:{http}")
+
+
+@dataclass
+class Collector:
+    process: Process
+    config: Path
+    otlp_grpc: str  # host:port
+    otlp_http: str  # http://127.0.0.1:port (the gateway has none: "")
+    metrics_url: str
+
+    @property
+    def traces_endpoint(self) -> str:
+        return f"{self.otlp_http}/v1/traces"
+
+    def metrics(self) -> str:
+        status, body = http_get(self.metrics_url)
+        assert status == 200, body[:200]
+        return body.decode()
+
+    def metric(self, name: str) -> float:
+        """The sum of every series of one of the collector's own metrics (0 when it has none yet)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+@contextlib.contextmanager
+def running_collector(
+    binary: Path, config: Path, work_dir: Path, env: Mapping[str, str] | None = None
+) -> Iterator[Collector]:
+    """`binary --config=config`, its receivers, health check and metrics on free 127.0.0.1 ports.
+
+    `env` adds the config's other settings (MCP_REPLAY_JAEGER_ENDPOINT, MCP_REPLAY_SAMPLE_PERCENT ...).
+    """
+    grpc, http, health, metrics = (free_port() for _ in range(4))
+    settings = {
+        "MCP_REPLAY_OTLP_GRPC_ENDPOINT": f"{HOST}:{grpc}",
+        "MCP_REPLAY_OTLP_HTTP_ENDPOINT": f"{HOST}:{http}",
+        "MCP_REPLAY_HEALTH_ENDPOINT": f"{HOST}:{health}",
+        "MCP_REPLAY_METRICS_HOST": HOST,
+        "MCP_REPLAY_METRICS_PORT": str(metrics),
+        **(env or {}),
+    }
+    argv = [str(binary), f"--config={config}"]
+    log = work_dir / f"{config.stem}-{grpc}.log"
+    with _running(config.name, argv, settings, log, f"http://{HOST}:{health}/") as process:
+        has_http = "MCP_REPLAY_OTLP_HTTP_ENDPOINT" in config.read_text()
+        yield Collector(
+            process,
+            config,
+            f"{HOST}:{grpc}",
+            f"http://{HOST}:{http}" if has_http else "",
+            f"http://{HOST}:{metrics}/metrics",
+        )
+
+
+def wait_until(holds: Any, timeout: float, interval: float = 0.25) -> bool:
+    """Poll `holds()` until true or `timeout` (a guard against a hang, never a verdict)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if holds():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# Jaeger's answers, read
+
+
+def _otlp_value(value: Mapping[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return int(value["intValue"])  # OTLP JSON writes 64-bit integers as strings
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "arrayValue" in value:
+        return [_otlp_value(v) for v in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return _otlp_attributes(value["kvlistValue"].get("values", []))
+    return None
+
+
+def _otlp_attributes(kvs: Any) -> dict[str, Any]:
+    return {kv["key"]: _otlp_value(kv.get("value", {})) for kv in kvs or []}
+
+
+def _enum(value: Any, names: tuple[str, ...], prefix: str) -> str:
+    if isinstance(value, int):
+        return names[value] if 0 <= value < len(names) else str(value)
+    text = str(value or names[0])
+    return text.removeprefix(prefix)
+
+
+def otlp_json_spans(data: Mapping[str, Any]) -> list[SpanDict]:
+    """OTLP JSON (`{"resourceSpans": [...]}`, as Jaeger's API v3 answers) as the receiver's span dicts."""
+    spans: list[SpanDict] = []
+    for rs in data.get("resourceSpans", []) or []:
+        resource = _otlp_attributes((rs.get("resource") or {}).get("attributes"))
+        for ss in rs.get("scopeSpans", []) or []:
+            scope = ss.get("scope") or {}
+            for s in ss.get("spans", []) or []:
+                status = s.get("status") or {}
+                events: list[EventDict] = [
+                    {
+                        "name": e.get("name", ""),
+                        "time_unix_nano": int(e.get("timeUnixNano", 0)),
+                        "attributes": _otlp_attributes(e.get("attributes")),
+                    }
+                    for e in s.get("events", []) or []
+                ]
+                spans.append(
+                    {
+                        "trace_id": str(s.get("traceId", "")).lower(),
+                        "span_id": str(s.get("spanId", "")).lower(),
+                        "parent_span_id": str(s.get("parentSpanId", "") or "").lower(),
+                        "name": s.get("name", ""),
+                        "kind": _enum(s.get("kind", 0), _KINDS, "SPAN_KIND_"),
+                        "start_time_unix_nano": int(s.get("startTimeUnixNano", 0)),
+                        "end_time_unix_nano": int(s.get("endTimeUnixNano", 0)),
+                        "attributes": _otlp_attributes(s.get("attributes")),
+                        "events": events,
+                        "status": {
+                            "code": _enum(status.get("code", 0), _STATUS, "STATUS_CODE_"),
+                            "message": status.get("message", ""),
+                        },
+                        "resource": resource,
+                        "scope": scope.get("name", ""),
+                        "scope_version": scope.get("version", ""),
+                    }
+                )
+    return spans
+
+
+def jaeger_tags(span: Mapping[str, Any]) -> dict[str, Any]:
+    """A span of `/api/traces` (Jaeger's own JSON): its tags, and its logs' fields (events)."""
+    return {tag["key"]: tag["value"] for tag in span.get("tags", [])}
