@@ -6,7 +6,9 @@ that reads the request id from the POST's body, looks up its URL's declaration (
 and endpoint) and sends the attempt under its span (made current, the HTTP client's span's parent),
 the count of the request reaching the connection (a request never sent has effect none), the answer
 to that id found in the response (its JSON body read, or its event stream watched: a 200 is not the
-answer), the attempt ended as its answer comes, and the record, its values from outside checked.
+answer), the attempt ended as its answer comes (with the HTTP conventions' request duration in the
+suppressed HTTP instrumentation's place, when one is on), and the record, its values from outside
+checked.
 It is an optimistic lower bound, never a plugin: no law, no declarations, no budget, no
 repeat guard, no redirects, no auth re-sends, no failure of any kind handled, no legacy SSE, and a
 parser that trusts the stream. Whatever an implementation of the contract costs beyond the floor,
@@ -39,6 +41,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import hashed_session_id
 from otel_mcp_replay.endpoints import span_endpoint_of
+from otel_mcp_replay.lines import http_instrumented
 from otel_mcp_replay.runtime import Instruments
 
 Wrapped = Callable[..., Awaitable[Any]]
@@ -247,6 +250,17 @@ def skeleton(
             )
             span.end()
             instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
+            if http_instrumented():
+                started = getattr(span, "start_time", None) or time.time_ns()
+                metric = {
+                    t.HTTP_REQUEST_METHOD: "POST",
+                    t.SERVER_ADDRESS: endpoint.address,
+                    t.SERVER_PORT: endpoint.port,
+                    t.URL_SCHEME: endpoint.scheme,
+                    t.HTTP_STATUS_CODE: status,
+                    t.NETWORK_PROTOCOL_VERSION: "1.1",
+                }
+                instruments.http_duration.record(max(time.time_ns() - started, 0) / 1e9, metric)
 
         raw = response.headers.raw  # read as the plugin reads it: names lowered in C, no decoding
         content_type = dict(

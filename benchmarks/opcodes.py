@@ -42,30 +42,37 @@ TARGET_RATIO = 0.75  # plugin-added opcodes at most this share of the peer's (is
 CALLS = 20
 SETTLE = 5
 # floor and skeleton: the least an implementation of the contract could add (benchmarks/overhead.py).
-ARMS = ("plain", "peer", "plugin", "both", "floor", "skeleton")
+# skeleton-both: the skeleton in the whole set-up (the peer on), the least the "both" arm could be.
+ARMS = ("plain", "peer", "plugin", "both", "floor", "skeleton", "skeleton-both")
 REDACTED = " (redaction on)"
 OURS = "/otel_mcp_replay/"  # a frame of the plugin: its code's file is in this package
+SKELETON = "/benchmarks/_skeleton.py"  # a frame of the skeleton's own Python
 
 
 @dataclass
 class Opcodes:
-    """Opcodes per call in the calling thread: all of them, and those in the plugin's frames."""
+    """Opcodes per call in the calling thread: all of them, those in the plugin's frames, and those
+    in the skeleton's."""
 
     total: float
     own: float
+    skeleton: float = 0.0
 
 
 async def opcodes_per_call(client: Client, calls: int, settle: int = SETTLE) -> Opcodes:
     """`calls` clean calls of `search` on `client`, counted after `settle` that are not."""
-    total = own = 0
+    total = own = skeleton = 0
 
     def count(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal total, own
+        nonlocal total, own, skeleton
         frame.f_trace_opcodes = True
         if event == "opcode":
             total += 1
-            if OURS in frame.f_code.co_filename:
+            filename = frame.f_code.co_filename
+            if OURS in filename:
                 own += 1
+            elif filename.endswith(SKELETON):
+                skeleton += 1
         return count
 
     await search_calls(client, settle)  # the first calls after a switch fill caches
@@ -80,7 +87,7 @@ async def opcodes_per_call(client: Client, calls: int, settle: int = SETTLE) -> 
     finally:
         sys.settrace(None)
         gc.enable()
-    return Opcodes(total / calls, own / calls)
+    return Opcodes(total / calls, own / calls, skeleton / calls)
 
 
 async def search_calls(client: Client, calls: int) -> None:
@@ -152,6 +159,20 @@ def report(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> N
         target=f"<= {goal:.2f}",
         met=whole <= goal,
     )
+    # What that goal leaves for any code: the skeleton (no law, no failure handled) in the same
+    # set-up, and the same without the Python of its own (its frames and the plugin's JSON reader it
+    # borrows): the contract's SDK calls alone, on top of the set-up's.
+    if not suffix:
+        least = counted["skeleton-both"]
+        peer = counted["peer"].total
+        section.add(
+            "(peer + skeleton) / peer opcodes per call, the whole set-up", f"{least.total / peer:.3f}"
+        )
+        sdk_only = least.total - least.skeleton - least.own
+        section.add(
+            "(peer + the contract's SDK calls) / peer opcodes per call, the whole set-up",
+            f"{sdk_only / peer:.3f}",
+        )
     ratio = added["plugin"] / added["peer"]
     section.add(
         f"plugin-added / peer-added opcodes per call{suffix}",

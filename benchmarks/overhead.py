@@ -84,11 +84,11 @@ class ArmSwitch:
         self.off()
         if arm in ("plugin", "both"):
             self.plugin.instrument(**self.settings)
-        if arm in ("peer", "both"):
+        if arm in ("peer", "both", "skeleton-both"):
             self.peer.instrument(**self.providers)
         if arm == "floor":
             self.floor.enter_context(telemetry_floor(**self.providers))
-        if arm == "skeleton":
+        if arm in ("skeleton", "skeleton-both"):
             self.floor.enter_context(skeleton(**self.providers, servers=self.settings["servers"]))
 
     def off(self) -> None:

@@ -21,6 +21,7 @@ from benchmarks._floor import FloorTelemetry, telemetry_floor
 from benchmarks._skeleton import skeleton
 from mcp import Client
 from opentelemetry import trace
+from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
 
 from otel_mcp_replay import telemetry as t
 
@@ -84,15 +85,33 @@ async def test_the_floor_asks_the_sdk_for_nothing_the_plugin_does_not(
     assert set(floor["points"]) == {t.METRIC_ATTEMPTS, t.METRIC_CALLS, t.METRIC_OPERATION_DURATION}
 
 
+@pytest.mark.parametrize("peer", [False, True], ids=["alone", "with-the-httpx2-instrumentation"])
 async def test_the_skeleton_writes_what_the_plugin_writes(
-    server: Any, instrument: Any, telemetry: Any
+    server: Any, instrument: Any, telemetry: Any, peer: bool
 ) -> None:
-    plugin = await plugin_call(server, instrument, telemetry)
-    skeleton_telemetry = type(telemetry)()
-    with skeleton(
-        skeleton_telemetry.tracer_provider, skeleton_telemetry.meter_provider, declared(server.url)
-    ):
-        await one_call(server.url)
+    # With the peer on (the whole set-up), the plugin records the HTTP request duration of its POSTs
+    # in the suppressed instrumentation's place: the skeleton must too, or the bound would flatter.
+    peer_instrumentor = HTTPX2ClientInstrumentor()
+    if peer:
+        peer_instrumentor.instrument(
+            tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+        )
+    try:
+        plugin = await plugin_call(server, instrument, telemetry)
+        skeleton_telemetry = type(telemetry)()
+        if peer:
+            peer_instrumentor.uninstrument()
+            peer_instrumentor.instrument(
+                tracer_provider=skeleton_telemetry.tracer_provider,
+                meter_provider=skeleton_telemetry.meter_provider,
+            )
+        with skeleton(
+            skeleton_telemetry.tracer_provider, skeleton_telemetry.meter_provider, declared(server.url)
+        ):
+            await one_call(server.url)
+    finally:
+        if peer_instrumentor.is_instrumented_by_opentelemetry:
+            peer_instrumentor.uninstrument()
     bound = written(skeleton_telemetry)
     assert server.counters.executions("search") == 2  # each call ran once
 
@@ -102,7 +121,13 @@ async def test_the_skeleton_writes_what_the_plugin_writes(
     assert len(bound["events"][t.RECORD_EVENT]) == 15
     assert bound["events"][t.RECORD_EVENT][t.ENDPOINT] == "bench"  # the declaration's label, looked up
     assert bound["points"] == plugin["points"]
-    assert set(bound["points"]) == {t.METRIC_ATTEMPTS, t.METRIC_CALLS, t.METRIC_OPERATION_DURATION}
+    ours = {t.METRIC_ATTEMPTS, t.METRIC_CALLS, t.METRIC_OPERATION_DURATION}
+    if peer:
+        # The instrumentation's own points (its protocol requests, its default semconv names) beside ours.
+        assert ours | {t.METRIC_HTTP_DURATION} <= set(bound["points"])
+        assert len(bound["points"][t.METRIC_HTTP_DURATION]) == 1  # the tools/call POST's, from the skeleton
+    else:
+        assert set(bound["points"]) == ours
 
 
 async def test_the_skeleton_s_attempt_span_is_the_http_client_s_parent(server: Any, telemetry: Any) -> None:
