@@ -26,6 +26,7 @@ from opentelemetry.trace import INVALID_SPAN
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import CONFIRMED
+from otel_mcp_replay.rounds import Round
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TOOLS_CALL_METHOD
 
@@ -95,7 +96,7 @@ async def call_tool(
     return result
 
 
-async def _tell_store(rt: Runtime, call: ToolCall) -> None:
+async def _tell_store(rt: Runtime, call: Round) -> None:
     """What the repeat guard remembered of this call, told to its shared store (if one is named),
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
