@@ -9,9 +9,14 @@ is counted, once. It is the only writer of its own state and of its call's per-a
 from __future__ import annotations
 
 import time
+from contextvars import Token
+from types import TracebackType
 from typing import Final, Literal, Protocol
 
 import anyio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY, Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
@@ -82,11 +87,34 @@ class Attempt:
     stream_cut = False  # its answer's stream was cut, not ended
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
+    _token: Token[Context] | None = None  # its context, attached while it is exchanged
 
     def __init__(self, call: AttemptsCall, permission: Permission | None, span: Span) -> None:
         self.call = call
         self.permission = permission
         self.span = span
+
+    # -- its exchange: `async with attempt as context:` around sending it --
+
+    async def __aenter__(self) -> Context:
+        """Its exchange begins under its span, the HTTP client span of its POST, current, and the
+        HTTP client instrumentation makes no second span for it (OpenTelemetry's suppress-HTTP key,
+        as the botocore instrumentation sets it under its client span). Returns that context, whose
+        trace context goes in the POST's headers."""
+        context = trace.set_span_in_context(self.span)
+        context = otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, context)
+        self._token = otel_context.attach(context)
+        return context
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        """Its exchange is over. A caller that gave up (or a client that failed) mid-exchange
+        leaves it settled as what is known of it."""
+        if error is not None:
+            self.abandon()
+        if self._token is not None:
+            otel_context.detach(self._token)
 
     # -- transitions --
 
@@ -168,12 +196,36 @@ class Attempt:
         self.outcome = self.outcome.after_stream(kind)
         self._done()
 
-    def stream_ended(self, error: BaseException | None) -> None:
-        """The delivered attempt's stream ended before its answer. The client may resume it on a new
-        stream where the answer still comes, so it stays AWAITING until the call ends (abandon)."""
+    def stream_ended(self, error: BaseException | None, declined: DeclinedReason | None = None) -> None:
+        """The delivered attempt's stream ended before its answer (`error`: it was cut; `declined`:
+        why the law repeats no cut of it). The client may resume it on a new stream where the answer
+        still comes, so it stays AWAITING until the call ends (abandon)."""
         if self.state == "awaiting" and error is not None:
+            if declined is not None:
+                self.declined = declined
             self.call.final_error = error
             self.stream_cut = True
+
+    def stream_lost(self, cut: bool) -> None:
+        """The connection's own stream (SSE) ended (`cut`: was lost) before the answer: it never
+        comes, and the attempt is settled as what is known of it."""
+        self.stream_cut = cut
+        self.abandon()
+
+    def hop_followed(self) -> None:
+        """REDIRECTED -> SENDING: the next hop of a followed redirect, the same attempt."""
+        self.state = "sending"
+
+    def reaching_connection(self) -> None:
+        """Its request goes to the connection once more (the client's door, patches/wire.py): after
+        a response that was no redirect, the client sent it again of itself."""
+        if self.last_hop and not 300 <= self.last_hop < 400:  # not a redirect's next hop: a re-send
+            self.resent_by_client(self.last_hop)
+        self.wire += 1
+
+    def hop_answered(self, status: int) -> None:
+        """The connection's response to its latest hop came, with `status`."""
+        self.last_hop = status
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""

@@ -52,10 +52,10 @@ class ToolCall:
     """One `call_tool`: its span, the request it sent, its attempts, and how it ends.
 
     It holds its request's replay facts too (the spec's RequestReplay), in two layers kept apart:
-    the series tells what HTTP showed (sent, no response at all, the status the SDK was handed),
-    the answer watcher (answers.py) whether the JSON-RPC answer to its id arrived. Each fact is
-    written once by its owner; for the delivered status, the first word stands. Not thread-safe:
-    one call's owners take turns on one event loop.
+    what HTTP showed (sent, no response at all, the status the SDK was handed), and whether the
+    JSON-RPC answer to its id arrived. Its attempts (attempt.py) tell them, through its named
+    methods, and the seams only ask; for the delivered status, the first word stands. Not
+    thread-safe: one call's owners take turns on one event loop.
     """
 
     # What most calls never change starts as a class attribute (one store fewer per call each).
@@ -91,12 +91,20 @@ class ToolCall:
     may_have_run = False  # it failed as "may have run" (UnknownEffectError)
     local = False  # it went another way than HTTP (stdio, in-process)
 
-    def __init__(self, runtime: Runtime, tool: str, session: object, app_call: AppCall | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        tool: str,
+        session: object,
+        app_call: AppCall | None = None,
+        *,
+        continues: bool = False,  # it continues its app's call's latest round (never a repeat of it)
+    ) -> None:
         self.runtime = runtime
         self.tool = tool
         self.session = session
         # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
-        if CONFIRMED.get():
+        if continues or CONFIRMED.get():
             self.repeat_confirmed = True
         if app_call is None:
             self.started_ns = time.perf_counter_ns()
@@ -116,7 +124,7 @@ class ToolCall:
         if self.app_call is not None:
             self.app_call.route = route
 
-    # -- the request's facts --
+    # -- the request's facts (its attempts tell them) --
 
     def sent_one(self) -> None:
         """The series sent the request once more."""
@@ -130,6 +138,18 @@ class ToolCall:
         """The series handed the MCP SDK a response with this status. The first word stands."""
         if self.delivered is None:
             self.delivered = status
+
+    def sent_as(self, request_id: object) -> None:
+        """Its request left under `request_id` by a way the HTTP seam does not see (stdio)."""
+        self.request_id = request_id
+
+    def fingerprinted(self, fingerprint: bytes | None) -> None:
+        """The repeat guard's hash of it (a changing call without its key), told as it ends."""
+        self.fingerprint = fingerprint
+
+    def stoppable_in(self, scope: anyio.CancelScope) -> None:
+        """The SDK's call runs in `scope`, which `stop` cancels."""
+        self.scope = scope
 
     def refused_with(self, response: Any) -> None:
         """The series hands the SDK this error status response (its body is read as the call ends)."""
@@ -163,7 +183,7 @@ class ToolCall:
     def opened(self, permission: Permission | None) -> Attempt:
         attempt = self.attempt
         if permission is None and attempt is not None and attempt.state == "redirected":
-            attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
+            attempt.hop_followed()  # the next hop of a followed redirect: the same attempt
             return attempt
         self.attempt = Attempt(self, permission, self.attempt_span(permission))
         return self.attempt
@@ -206,8 +226,7 @@ class ToolCall:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
         it never will."""
         if self.attempt is not None:
-            self.attempt.stream_cut = cut
-            self.attempt.abandon()
+            self.attempt.stream_lost(cut)
 
     # -- giving up --
 

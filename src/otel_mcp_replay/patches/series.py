@@ -15,9 +15,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
+from opentelemetry import propagate
 
 from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import Route, ToolCall, route_of
@@ -250,21 +248,12 @@ async def _attempt(
     the POST's headers, and the HTTP client instrumentation makes no second span for it (OpenTelemetry's
     suppress-HTTP key, as the botocore instrumentation sets it under its client span)."""
     request, sse = req.request, req.sse
-    context = trace.set_span_in_context(attempt.span)
-    context = otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, context)
-    propagate.inject(request.headers, context=context)
-    token = otel_context.attach(context)
-    try:
-        # a 2xx's answer is watched for here, else on the SSE stream
-        watch_body = req.streamable and sse is None
+    watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
+    async with attempt as context:  # a caller that gives up mid-exchange leaves it abandoned
+        propagate.inject(request.headers, context=context)
         outcome, response, error = await tool_exchange(
             http, req.exchange_once, request, attempt, req.declaration, watch_body=watch_body
         )
-    except BaseException:  # the caller gave up (or the client failed) mid-exchange
-        attempt.abandon()
-        raise
-    finally:
-        otel_context.detach(token)
     if 300 <= outcome.status < 400 and followed(response, request):
         attempt.redirected(outcome.status)
         return outcome, response, error
@@ -316,7 +305,7 @@ async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matche
     if not matched:
         return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
     assert rt.guard is not None
-    call.fingerprint = rt.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments())
+    call.fingerprinted(rt.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments()))
     if call.fingerprint is not None and await rt.guard.refuses_shared(
         call.fingerprint, repeat_confirmed=call.repeat_confirmed
     ):

@@ -53,10 +53,9 @@ async def call_tool(
     # A round's app call asked, in this very context, a moment ago (client_call_tool).
     if app_call is None and not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
-    if continues:  # the HTTP seam reads the call's own flag (1.x sends from another task)
-        call.repeat_confirmed = True
+    # The HTTP seam reads the call's own flag (1.x sends from another task).
+    call = ToolCall(rt, name, instance, app_call, continues=continues)
     after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
@@ -199,7 +198,7 @@ async def _stoppable(
     failed request itself (mcp 2.x: `Line.resolves_lost_answers`), needs no scope (one costs about a
     tenth of the plugin's own work per call)."""
     with anyio.CancelScope() as scope:
-        call.scope = scope
+        call.stoppable_in(scope)
         result = await wrapped(*args, **kwargs)
     if scope.cancelled_caught and call.stopped_with is not None:
         raise call.stopped_with

@@ -158,11 +158,9 @@ async def _hop(
     attempt: Attempt, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """One hop of `attempt`'s request to the connection: counted, its status kept."""
-    if attempt.last_hop and not 300 <= attempt.last_hop < 400:  # not a redirect's next hop: a re-send
-        attempt.resent_by_client(attempt.last_hop)
-    attempt.wire += 1
+    attempt.reaching_connection()
     response = await wrapped(*args, **kwargs)
-    attempt.last_hop = int(response.status_code)
+    attempt.hop_answered(int(response.status_code))
     return response
 
 
@@ -198,12 +196,12 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
                 attempt.answered(kind)
 
         after_a_cut = AFTER_A_CUT.get(attempt.call, NOT_PERMITTED)
+        # Why a cut of this stream is not repeated, if it is not: the law's word.
+        declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
         def on_end(error: BaseException | None) -> None:
             cut = error if isinstance(error, transport_error) else None
-            if cut is not None and attempt.state == "awaiting" and isinstance(after_a_cut, Declined):
-                attempt.declined = after_a_cut.reason  # why this cut is not repeated: the law's word
-            attempt.stream_ended(cut)
+            attempt.stream_ended(cut, declined)
 
         watch = http.watch(response.stream, on_answer, on_end)
         response.stream = watch
