@@ -82,7 +82,7 @@ class Attempt:
     _answer_seen: anyio.Event | None = None  # made only by answer_within
     hop_status = 0  # the redirect the client is following, while REDIRECTED
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
-    wire = 0  # times its request was handed to the connection (patches/http_send.py)
+    wire = 0  # times its request was handed to the connection (patches/wire.py)
     last_hop = 0  # the status of the latest response to it there (0: none yet)
     stream_cut = False  # its answer's stream was cut, not ended
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
