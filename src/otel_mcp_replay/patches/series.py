@@ -108,10 +108,9 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
         # its key, as that declaration names it
         req = req._replace(declaration=declaration, target=target_of(req.body, declaration, from_json=True))
     origin = rt.origin(req.url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
-    if call.declaration is None:  # its first request (a redirect's next hop comes back here too)
-        refused = await _first_request(seam, call, req, origin)
-        if refused is not None:
-            return refused
+    # Its first request (a redirect's next hop comes back here too); one refused is never sent.
+    if call.declaration is None and await _first_request(seam, call, req, origin):
+        return await _handed(seam.http, call, req, None, None, None)
     sse, request_id = req.sse, req.body["id"]
     if sse is not None:  # its answer is awaited on the connection's stream
         sse.waiting[request_id] = call
@@ -125,9 +124,9 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     return await _handed(seam.http, call, req, final, response, error)
 
 
-async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> Any:
-    """The call's request seen leaving: the call is bound to it; what the SDK is handed instead when
-    it must not be sent at all (None: it is sent)."""
+async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> bool:
+    """The call's request seen leaving: the call is bound to it. True: it must not be sent at all,
+    and the call is stopped with why."""
     rt, http, sse, declaration, target = seam.rt, seam.http, req.sse, req.declaration, req.target
     endpoint = sse.endpoint if sse is not None else declaration.label or origin
     call.bind(req.body["id"], declaration, endpoint, _route(rt, call, req.request, req.url, sse))
@@ -148,14 +147,8 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
         if refusal is not None:
             repeat = isinstance(refusal, RepeatRefusedError)
             call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
-            if req.streamable and http.resolves_lost_answers:  # the SDK resolves this one request with it;
-                return synthetic_error(
-                    http, req.request, req.body["id"], "not sent"
-                )  # the call seam raises `refusal`
-            # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
-            # answer into a session the caller may be closing already).
-            return http.module.Response(202, request=req.request)
-    return None
+            return True
+    return False
 
 
 async def _attempts(
@@ -196,13 +189,19 @@ async def _handed(
     http: HttpLibrary,
     call: ToolCall,
     req: SeamRequest,
-    final: Outcome,
+    final: Outcome | None,  # None: the request was refused, never sent (the call is stopped with why)
     response: Any,
     error: BaseException | None,
 ) -> Any:
     """What the SDK is handed once the series is over: the final attempt's response, its error, or
     in their place what ends this one call and never the session."""
     sse, request = req.sse, req.request
+    if final is None:
+        if req.streamable and http.resolves_lost_answers:  # the SDK resolves this one request with it;
+            return synthetic_error(http, request, req.body["id"], "not sent")  # the call seam raises why
+        # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
+        # answer into a session the caller may be closing already).
+        return http.module.Response(202, request=request)
     if (
         call.abandoned
         and req.streamable
