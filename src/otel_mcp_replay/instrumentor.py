@@ -27,7 +27,7 @@ from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, session, sse, stdio
+from otel_mcp_replay.patches import carrier, http_send, series, session, sse, stdio, wire
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
@@ -41,7 +41,7 @@ _logger = logging.getLogger(__name__)
 
 def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
-    http = http_send.HttpLibrary.of(
+    http = wire.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
     # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
@@ -51,15 +51,32 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     # Ids of the sessions the HTTP seam saw speaking streamable HTTP: the call seam needs no scope
     # for their calls (only where the SDK resolves a lost answer itself, `Line.resolves_lost_answers`).
     streamable_sessions: set[int] = set()
-    sending = functools.partial(http_send.send, rt, http, carriage, connections, streamable_sessions)
+    sending = functools.partial(
+        http_send.send, series.HttpSeam(rt, http, carriage, connections, streamable_sessions)
+    )
     calling = functools.partial(session.call_tool, rt, streamable_sessions=streamable_sessions)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", sending),
-        (LINE.http, "AsyncClient._send_single_request", http_send.reached_connection),
+        (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
         (LINE.http, "AsyncClient.build_request", http_send.built),
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
+    seams += _line_seams(rt, carriage)
+    if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
+        seams.append(
+            (
+                "mcp.client.session",
+                "ClientSession.send_request",
+                functools.partial(session.send_request, rt, streamable_sessions=streamable_sessions),
+            )
+        )
+    return seams
+
+
+def _line_seams(rt: Runtime, carriage: carrier.Carriage | None) -> list[tuple[str, str, Callable[..., Any]]]:
+    """The seams of the mcp line installed: 2.x's round driver and dispatcher, or 1.x's carrier."""
+    seams: list[tuple[str, str, Callable[..., Any]]] = []
     if carriage is None:
         # `Client(StdioServerParameters(...))` calls the name it imported into its own module
         # (mcp >= 2.1; 2.0's Client imports it where it uses it).
@@ -99,14 +116,6 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
                 "mcp.client.streamable_http",
                 "StreamableHTTPTransport.post_writer",
                 functools.partial(carrier.post_writer, carriage),
-            )
-        )
-    if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
-        seams.append(
-            (
-                "mcp.client.session",
-                "ClientSession.send_request",
-                functools.partial(session.send_request, rt, streamable_sessions=streamable_sessions),
             )
         )
     return seams

@@ -99,3 +99,15 @@ def http_instrumented() -> bool:
     module = sys.modules.get(_HTTP_INSTRUMENTATION)
     instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
     return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
+
+
+def claimed(result: object) -> bool:
+    """A result of a client extension's own shape (mcp 2.x): neither a CallToolResult nor an
+    InputRequiredResult, whose claim's resolver finishes it after the session's call returned."""
+    found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
+    return found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
+
+
+def asks_for_input(result: object) -> bool:
+    """An `InputRequiredResult` (mcp 2.x, SEP-2322): the server asks for input before it completes."""
+    return getattr(result, "result_type", None) == "input_required"

@@ -101,7 +101,7 @@ class Runtime:
     span_endpoint: Callable[[str], SpanEndpoint | None] = field(
         default_factory=lambda: functools.lru_cache(maxsize=256)(span_endpoint_of)
     )
-    # Where each session's calls go, as their spans say it (patches/http_send.py): read once per
+    # Where each session's calls go, as their spans say it (patches/series.py): read once per
     # session and URL. Weak: a session gone is forgotten.
     session_routes: weakref.WeakKeyDictionary[object, tuple[str, Any]] = field(
         default_factory=weakref.WeakKeyDictionary

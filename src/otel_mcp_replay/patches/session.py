@@ -26,6 +26,7 @@ from opentelemetry.trace import INVALID_SPAN
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import CONFIRMED
+from otel_mcp_replay.rounds import Round
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TOOLS_CALL_METHOD
 
@@ -52,10 +53,9 @@ async def call_tool(
     # A round's app call asked, in this very context, a moment ago (client_call_tool).
     if app_call is None and not is_instrumentation_enabled():
         return await wrapped(*args, **kwargs)
-    call = ToolCall(rt, name, instance, app_call)
     continues = app_call is not None and app_call.continues
-    if continues:  # the HTTP seam reads the call's own flag (1.x sends from another task)
-        call.repeat_confirmed = True
+    # The HTTP seam reads the call's own flag (1.x sends from another task).
+    call = ToolCall(rt, name, instance, app_call, continues=continues)
     after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
@@ -95,7 +95,7 @@ async def call_tool(
     return result
 
 
-async def _tell_store(rt: Runtime, call: ToolCall) -> None:
+async def _tell_store(rt: Runtime, call: Round) -> None:
     """What the repeat guard remembered of this call, told to its shared store (if one is named),
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
@@ -198,7 +198,7 @@ async def _stoppable(
     failed request itself (mcp 2.x: `Line.resolves_lost_answers`), needs no scope (one costs about a
     tenth of the plugin's own work per call)."""
     with anyio.CancelScope() as scope:
-        call.scope = scope
+        call.stoppable_in(scope)
         result = await wrapped(*args, **kwargs)
     if scope.cancelled_caught and call.stopped_with is not None:
         raise call.stopped_with

@@ -22,7 +22,7 @@ from otel_mcp_replay.law import Answer
 from otel_mcp_replay.runtime import Runtime
 
 if TYPE_CHECKING:
-    from otel_mcp_replay.patches.http_send import HttpLibrary
+    from otel_mcp_replay.patches.wire import HttpLibrary
 
 
 @dataclass(eq=False)

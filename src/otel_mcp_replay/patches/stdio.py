@@ -31,7 +31,7 @@ class _OutboundWatch(StreamProxy):
                     {"method": message.method, "id": message.id, "params": params}, COMPATIBILITY
                 )
                 if target.tool == call.tool:
-                    call.request_id = target.request_id
+                    call.sent_as(target.request_id)
         await self.__wrapped__.send(item)
 
 

@@ -1,0 +1,321 @@
+"""The series of the HTTP seam: a tool call's attempts, and a protocol request's, each one loop.
+
+The rule: a request is sent again only as its policy's decision says, each attempt classified once
+(wire.py) and charged to its endpoint's bucket; a tool call's attempts are opened and ended by the
+call (`ToolCall.opened`, the attempt's transitions), and what the SDK is handed at the end is said by
+one function (`_handed`). The request and what the seam was bound with travel as one value each.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+from opentelemetry import propagate
+
+from otel_mcp_replay.attempt import Attempt
+from otel_mcp_replay.call import Route, ToolCall, route_of
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
+from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Outcome, Permission, Target, permit, target_of
+from otel_mcp_replay.patches.carrier import Carriage
+from otel_mcp_replay.patches.sse import SseConnections, SseStream
+from otel_mcp_replay.patches.wire import (
+    AFTER_A_CUT,
+    HttpLibrary,
+    followed,
+    http_version,
+    outcome_of,
+    synthetic_error,
+    tool_exchange,
+)
+from otel_mcp_replay.policy import ReplayPolicy, Wait
+from otel_mcp_replay.runtime import Runtime
+
+# How long a cut SSE POST's answer is awaited on the stream: a server that took the request answers
+# there within milliseconds; past this the attempt's effect stays unknown.
+SSE_ANSWER_GRACE_S = 1.0
+
+
+class HttpSeam(NamedTuple):
+    """What instrument() bound into the HTTP seam, once."""
+
+    rt: Runtime
+    http: HttpLibrary
+    carriage: Carriage | None  # mcp 1.x's carrier (patches/carrier.py); None on 2.x
+    connections: SseConnections  # the legacy-SSE connections watched (patches/sse.py)
+    streamable_sessions: set[int]  # ids of the sessions seen speaking streamable HTTP (patches/session)
+
+
+class SeamRequest(NamedTuple):
+    """One MCP POST as the seam read it, once: what each of its attempts shares."""
+
+    request: Any  # the one the SDK handed the client
+    url: str
+    body: dict[str, Any]  # its JSON-RPC message
+    declaration: Declaration
+    target: Target  # what the law reads of it
+    exchange_once: Callable[[], Awaitable[Any]]  # one exchange of it: the client's send as called
+    sse: SseStream | None  # the legacy-SSE connection it is a message POST of
+    streamable: bool  # the streamable-HTTP transport's
+
+
+async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
+    """A request that runs no tool (or a tools/call outside call_tool, under the law, unrecorded):
+    a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
+    always was."""
+    rt = seam.rt
+    origin = rt.origin(req.url)  # whose bucket its attempts are charged to
+    policy: ReplayPolicy | None = None  # made at the first failure, as a tool series' is
+    latest: Any = None
+    while True:
+        if latest is not None:
+            await latest.aclose()  # released before the next attempt is sent
+        latest = await req.exchange_once()
+        outcome, _ = await outcome_of(seam.http, req.declaration, latest)
+        rt.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
+        if outcome.failure is None:
+            return latest  # nothing to decide
+        if policy is None:
+            policy = _policy(rt, req.declaration, req.target, origin)
+        decision, policy = policy.after(outcome, rt.rng)
+        if not isinstance(decision, Wait):
+            return latest
+        await anyio.sleep(decision.ms / 1000)
+
+
+def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
+    # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
+    endpoint_budget = rt.budgets.for_endpoint(origin)
+    return ReplayPolicy(declaration, target, rt.settings, endpoint_budget, rt.fail_closed)
+
+
+# -- a tool call's series --
+
+
+async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
+    """A tool call's request: bound to its call (refused there, unsent, when it must be), its
+    attempts, then what the SDK is handed."""
+    rt = seam.rt
+    # What the law says of a repeat after a cut: read by the answer watch (wire.py).
+    AFTER_A_CUT[call] = NOT_PERMITTED if rt.fail_closed else permit(req.declaration, req.target, "network")
+    if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
+        declaration = rt.servers.strictest_on_origin(req.url)
+        # its key, as that declaration names it
+        req = req._replace(declaration=declaration, target=target_of(req.body, declaration, from_json=True))
+    origin = rt.origin(req.url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
+    # Its first request (a redirect's next hop comes back here too); one refused is never sent.
+    if call.declaration is None and await _first_request(seam, call, req, origin):
+        return await _handed(seam.http, call, req, None, None, None)
+    sse, request_id = req.sse, req.body["id"]
+    if sse is not None:  # its answer is awaited on the connection's stream
+        sse.waiting[request_id] = call
+        call.when_ended(functools.partial(sse.waiting.pop, request_id, None))
+    try:
+        final, response, error = await _attempts(seam, call, req, origin)
+    except BaseException:
+        if sse is not None:
+            sse.waiting.pop(request_id, None)
+        raise
+    return await _handed(seam.http, call, req, final, response, error)
+
+
+async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> bool:
+    """The call's request seen leaving: the call is bound to it. True: it must not be sent at all,
+    and the call is stopped with why."""
+    rt, http, sse, declaration, target = seam.rt, seam.http, req.sse, req.declaration, req.target
+    endpoint = sse.endpoint if sse is not None else declaration.label or origin
+    call.bind(req.body["id"], declaration, endpoint, _route(rt, call, req.request, req.url, sse))
+    if (
+        req.streamable
+        and sse is None
+        and call.scope is not None
+        and call.session is not None
+        and http.resolves_lost_answers
+    ):
+        _seen_streamable(seam.streamable_sessions, call.session)  # its next calls need no scope
+    matched = sse is not None or req.streamable
+    entry = declaration.tools.get(target.tool) if target.tool else None
+    if (declaration.policy == "app-authorized" and not matched) or (
+        entry is not None and entry.changes and not target.key_carried and rt.guard is not None
+    ):
+        refusal = await _refusal(rt, call, req.url, target, matched)
+        if refusal is not None:
+            repeat = isinstance(refusal, RepeatRefusedError)
+            call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
+            return True
+    return False
+
+
+async def _attempts(
+    seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str
+) -> tuple[Outcome, Any, BaseException | None]:
+    """One loop, read at once: open the attempt (its span), send it, classify what came back, charge
+    the endpoint's bucket, ask the policy, wait; the attempt ends (span, row) as the policy's word on
+    it is told (`decided`). The policy is made at the first failure: an answer decides nothing.
+    Returns the final attempt's outcome, its response, else its transport error."""
+    rt = seam.rt
+    permission: Permission | None = None
+    # The latest attempt's response, else its transport error: what the SDK is handed at the end.
+    response: Any = None
+    error: BaseException | None = None
+    policy: ReplayPolicy | None = None
+    while True:
+        attempt = call.opened(permission)
+        if response is not None:
+            await response.aclose()  # a response that will not be delivered
+        final, response, error = await _attempt(seam.http, attempt, req)
+        rt.budgets.charge(origin, final)
+        if policy is None and final.failure is not None:
+            policy = _policy(rt, req.declaration, req.target, origin)
+        decision, policy = (None, None) if policy is None else policy.after(final, rt.rng)
+        # A no-op for a redirect the client follows.
+        attempt.exchanged(final, error, None if response is None else http_version(response))
+        if not isinstance(decision, Wait):
+            attempt.decided(0, None if decision is None else decision.reason)
+            return final, response, error
+        if not await call.wait_unless_abandoned(decision.ms):
+            attempt.decided(0, BUDGET.reason)
+            return final, response, error
+        attempt.decided(decision.ms, None)
+        permission = decision.permission
+
+
+async def _handed(
+    http: HttpLibrary,
+    call: ToolCall,
+    req: SeamRequest,
+    final: Outcome | None,  # None: the request was refused, never sent (the call is stopped with why)
+    response: Any,
+    error: BaseException | None,
+) -> Any:
+    """What the SDK is handed once the series is over: the final attempt's response, its error, or
+    in their place what ends this one call and never the session."""
+    sse, request = req.sse, req.request
+    if final is None:
+        if req.streamable and http.resolves_lost_answers:  # the SDK resolves this one request with it;
+            return synthetic_error(http, request, req.body["id"], "not sent")  # the call seam raises why
+        # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
+        # answer into a session the caller may be closing already).
+        return http.module.Response(202, request=request)
+    if (
+        call.abandoned
+        and req.streamable
+        and sse is None
+        and response is not None
+        and response.status_code >= 300
+    ):
+        # The caller gave up (in a wait, or mid-exchange): no one waits for an answer. A refusal handed
+        # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
+        await response.aclose()
+        return http.module.Response(202, request=request)
+    if (
+        final.status == 0
+        and error is not None
+        and final.effect != "none"
+        and req.declaration.policy == "app-authorized"
+    ):
+        # Fail this call, not the session: the SDK would tear the whole transport down.
+        if sse is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
+            sse.waiting.pop(req.body["id"], None)
+            call.stop(error)
+            return http.module.Response(202, request=request)
+        return synthetic_error(http, request, req.body["id"], "no response")
+    if sse is not None and response is not None and not 200 <= response.status_code < 300:
+        # The SDK's SSE writer would die on it, taking the session along, and the call would wait out
+        # its timeout: end this call now with the server's refusal, as streamable HTTP does.
+        sse.waiting.pop(req.body["id"], None)
+        await response.aclose()
+        call.stop(RefusedError(response.status_code))
+        return http.module.Response(202, request=request)
+    if response is None:
+        assert error is not None  # an attempt without a response raised
+        raise error
+    if response.status_code >= 400:
+        call.refused_with(response)  # its body, once the SDK read it, may be the server's JSON-RPC error
+    return response
+
+
+async def _attempt(
+    http: HttpLibrary, attempt: Attempt, req: SeamRequest
+) -> tuple[Outcome, Any, BaseException | None]:
+    """Send one attempt, under its span, the HTTP client span of its POST: its trace context goes in
+    the POST's headers, and the HTTP client instrumentation makes no second span for it (OpenTelemetry's
+    suppress-HTTP key, as the botocore instrumentation sets it under its client span)."""
+    request, sse = req.request, req.sse
+    watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
+    async with attempt as context:  # a caller that gives up mid-exchange leaves it abandoned
+        propagate.inject(request.headers, context=context)
+        outcome, response, error = await tool_exchange(
+            http, req.exchange_once, request, attempt, req.declaration, watch_body=watch_body
+        )
+    if 300 <= outcome.status < 400 and followed(response, request):
+        attempt.redirected(outcome.status)
+        return outcome, response, error
+    if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
+        # A POST cut after the server took it: its answer may come on the stream all the same.
+        answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
+        if answer is not None:  # it is the answer, whichever was told first
+            outcome = outcome.after_stream(answer)
+            response, error = http.module.Response(202, request=request), None
+    return outcome, response, error
+
+
+def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
+    """Where the call's request goes, for its spans: read once per session and URL (the protocol
+    version and the session id do not change once its calls begin)."""
+    session = call.session
+    known = rt.session_routes.get(session) if session is not None else None
+    if known is not None and known[0] == url:
+        found: Route = known[1]
+        return found
+    route = _read_route(rt, session, request, url, sse)
+    if session is not None:
+        rt.session_routes[session] = (url, route)
+    return route
+
+
+def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseStream | None) -> Route:
+    """The endpoint, the protocol version the session negotiated (2.x says; else the header the
+    transport sends it in), the legacy-era session id."""
+    version = getattr(session, "protocol_version", None)
+    session_id: str | None = None
+    for name, value in request.headers.raw:
+        lowered = name.lower()
+        if lowered == b"mcp-session-id":
+            session_id = value.decode("latin-1")
+        elif lowered == b"mcp-protocol-version" and type(version) is not str:
+            version = value.decode("latin-1")
+    if sse is not None and session_id is None:  # the legacy SSE transport's: in its message endpoint
+        session_id = next(iter(parse_qs(urlsplit(url).query).get("session_id", ())), None)
+    if version == "2026-07-28":
+        session_id = None  # the conventions: no session id for 2026-07-28 calls
+    version = version if type(version) is str else None
+    return route_of(rt.session_key, rt.span_endpoint(url), version, session_id)
+
+
+async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool) -> Exception | None:
+    """Why this call, of a changing tool without its key or on a connection whose answers cannot be
+    matched, must not be sent at all, if it must not."""
+    if not matched:
+        return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
+    assert rt.guard is not None
+    call.fingerprinted(rt.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments()))
+    if call.fingerprint is not None and await rt.guard.refuses_shared(
+        call.fingerprint, repeat_confirmed=call.repeat_confirmed
+    ):
+        return RepeatRefusedError(call.tool)
+    return None
+
+
+def _seen_streamable(streamable_sessions: set[int], session: object) -> None:
+    """`session` speaks streamable HTTP: remembered while it lives (the call seam's, bound in by
+    instrument(): its calls need no scope to end them)."""
+    key = id(session)
+    if key not in streamable_sessions:
+        streamable_sessions.add(key)
+        weakref.finalize(session, streamable_sessions.discard, key)

@@ -1,0 +1,269 @@
+"""The wire of the HTTP seam: what one attempt's exchange sent and got, told in the law's words.
+
+The rule: what an exchange came to is read in one place (`outcome_of`: the adapter's refusal, a
+2xx's answer, a refusal's Retry-After), for a tool call's attempt and a protocol request alike;
+whether an attempt's request reached the connection is told by the one door past the client's auth
+flow and event hooks (`reached_connection`). The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x)
+alike: what differs is the `HttpLibrary` bound in with the runtime.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import anyio
+
+from otel_mcp_replay.adapters import recognises_session_busy
+from otel_mcp_replay.answers import AnswerWatch, Replay, answer_of
+from otel_mcp_replay.attempt import Attempt, AttemptsCall
+from otel_mcp_replay.declaration import Declaration
+from otel_mcp_replay.law import NOT_PERMITTED, Answer, Decision, Declined, Outcome, Repeat, Reply, classify
+
+_MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
+
+
+@dataclass(frozen=True)
+class HttpLibrary:
+    """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
+
+    module: ModuleType
+    watch: type[AnswerWatch]  # AnswerWatch as that library's own async byte stream
+    replay: type[Replay]  # Replay, the same
+    # Never sent: the connection was not made, so the server cannot have run anything.
+    not_sent: tuple[type[BaseException], ...]
+
+    synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
+    resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
+
+    @classmethod
+    def of(
+        cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
+    ) -> HttpLibrary:
+        watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
+        replay = type("Replay", (Replay, module.AsyncByteStream), {})
+        not_sent = (
+            module.ConnectError,
+            module.ConnectTimeout,
+            module.PoolTimeout,
+            module.UnsupportedProtocol,
+        )
+        return cls(module, watch, replay, not_sent, synthetic_status, resolves_lost_answers)
+
+
+async def outcome_of(
+    http: HttpLibrary, declaration: Declaration, response: Any, attempt: Attempt | None = None
+) -> tuple[Outcome, Reply | None]:
+    """What a response came to, classified as any attempt's is, and its reply: the adapter's refusal
+    read from its body, a refusal's Retry-After against the clock of now, and, for a tool call's
+    `attempt` whose 2xx is watched here, what its body says of the answer (None: the body is not
+    read, as a protocol request's is not). A body cut while read raises the client's TransportError."""
+    status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
+    busy = (
+        status != 429
+        and declaration.adapter is not None
+        and await _session_busy(declaration.adapter, response)
+    )
+    reply: Reply | None = None
+    if attempt is not None and 200 <= status < 300 and not busy:
+        reply = await _read_reply(http, response, attempt)
+    if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
+        retry_after = response.headers.get("retry-after")
+        return classify(
+            status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time()
+        ), reply
+    return classify(status, reply), reply
+
+
+def http_version(response: Any) -> str | None:
+    """network.protocol.version of a response: `HTTP/1.1` -> `1.1`, `HTTP/2` -> `2`."""
+    version = response.extensions.get("http_version")
+    if version is None:
+        return "1.1"  # what the client library itself reports without one
+    text = version.decode("ascii", "replace") if isinstance(version, bytes) else str(version)
+    return text.removeprefix("HTTP/")
+
+
+def followed(response: Any, request: Any) -> bool:
+    """A redirect the client follows with the same request (307/308): the next hop is this attempt."""
+    next_request = getattr(response, "next_request", None)
+    return next_request is not None and next_request.method == request.method
+
+
+async def tool_exchange(
+    http: HttpLibrary,
+    exchange_once: Callable[[], Awaitable[Any]],
+    request: Any,
+    attempt: Attempt,
+    declaration: Declaration,
+    *,
+    watch_body: bool,
+) -> tuple[Outcome, Any, BaseException | None]:
+    """One attempt: what it came to, the response it got (None: none), and the error it raised."""
+    exchanging = _EXCHANGING.set((attempt, request))
+    try:
+        response = await exchange_once()
+    except Exception as exc:
+        # Never sent: raised before the request reached the connection (its auth flow, an event hook,
+        # building it: `reached_connection` never saw it), or the connection was never made.
+        sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
+        return classify(0, None, sent=sent), None, exc
+    finally:
+        _EXCHANGING.reset(exchanging)
+    try:
+        outcome, reply = await outcome_of(http, declaration, response, attempt if watch_body else None)
+    except http.module.TransportError as exc:  # the body was cut: as good as no response
+        await response.aclose()
+        return classify(int(response.status_code), "cut"), response, exc
+    if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
+        # A whole JSON body without this id's answer: mcp 2.x would route it elsewhere and leave the
+        # call waiting for its caller's timeout, where 1.x ends it at once (ToolCall.handled); the
+        # call lacked its answer, so it ends now, as on 1.x: the SDK resolves it with this error,
+        # which the call seam turns into UnknownEffectError.
+        await response.aclose()
+        response = synthetic_error(http, request, attempt.call.request_id, "no answer to the request")
+    return outcome, response, None
+
+
+# The attempt whose request is being exchanged in this context, and that request, for
+# `reached_connection` (the SDK's call to the client's send runs in this very task).
+_EXCHANGING: contextvars.ContextVar[tuple[Attempt, Any] | None] = contextvars.ContextVar(
+    "otel_mcp_replay_exchanging", default=None
+)
+
+
+def reached_connection(
+    wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Awaitable[Any]:
+    """`AsyncClient._send_single_request`: the one door from the client to its transport, past the
+    auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
+    re-send). An attempt's request that passes here reached the connection, or tried to: a connection
+    never made is told by its error (`HttpLibrary.not_sent`). Any other request passes straight on."""
+    exchanging = _EXCHANGING.get()
+    if exchanging is None:
+        return wrapped(*args, **kwargs)
+    attempt, request = exchanging
+    going = args[0] if args else kwargs.get("request")
+    if going is not request and not _same_message(going, request):
+        return wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
+    return _hop(attempt, wrapped, args, kwargs)
+
+
+async def _hop(
+    attempt: Attempt, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """One hop of `attempt`'s request to the connection: counted, its status kept."""
+    attempt.reaching_connection()
+    response = await wrapped(*args, **kwargs)
+    attempt.hop_answered(int(response.status_code))
+    return response
+
+
+def _same_message(going: Any, request: Any) -> bool:
+    """An auth flow may send a copy of the request: the same method, URL and body is the same."""
+    try:
+        return bool(
+            going.method == request.method and going.url == request.url and going.content == request.content
+        )
+    except Exception:  # a streaming body not read: not this attempt's request
+        return False
+
+
+async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Reply:
+    """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
+    watch an event stream for it as the SDK reads it."""
+    content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
+    if response.status_code == 202:
+        return "accepted"
+    if content_type.startswith("application/json"):
+        content = await response.aread()  # a cut raises the client's TransportError
+        found = answer_of(content)
+        return found[1] if found is not None and found[0] == attempt.call.request_id else "other"
+    if (
+        content_type.startswith("text/event-stream")
+        and response.headers.get("content-encoding", "identity").lower() in ("", "identity")
+        and isinstance(response.stream, http.module.AsyncByteStream)
+    ):
+        request_id, transport_error = attempt.call.request_id, http.module.TransportError
+
+        def on_answer(answer_id: object, kind: Answer) -> None:
+            if answer_id == request_id:
+                attempt.answered(kind)
+
+        after_a_cut = AFTER_A_CUT.get(attempt.call, NOT_PERMITTED)
+        # Why a cut of this stream is not repeated, if it is not: the law's word.
+        declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
+
+        def on_end(error: BaseException | None) -> None:
+            cut = error if isinstance(error, transport_error) else None
+            attempt.stream_ended(cut, declined)
+
+        watch = http.watch(response.stream, on_answer, on_end)
+        response.stream = watch
+        if isinstance(after_a_cut, Repeat):
+            return await _until_answer(http, response, watch, attempt)
+        return "later"
+    return "other"
+
+
+# Per call, what the law says of a repeat after a `network` failure. Where it permits one, the
+# call's event streams are read here until the answer (_until_answer), so a cut can be repeated.
+AFTER_A_CUT: weakref.WeakKeyDictionary[AttemptsCall, Decision] = weakref.WeakKeyDictionary()
+
+
+async def _until_answer(http: HttpLibrary, response: Any, watch: AnswerWatch, attempt: Attempt) -> Reply:
+    """Read an event stream here until the call's answer, the stream's end, or an event that asks
+    the client something (the server waits for its answer: the SDK must see it now), then hand the
+    SDK every byte read, unchanged, and the rest. A cut before any of them raises the client's
+    TransportError here, before the SDK saw a byte: the attempt is `cut`, which the series repeats
+    as the law permits, as it repeats a cut JSON body; once the SDK reads the stream, nothing can."""
+    read: list[bytes] = []
+    rest = watch.__aiter__()
+    try:
+        while attempt.early is None and not watch.asked:
+            try:
+                read.append(await rest.__anext__())
+            except StopAsyncIteration:
+                break
+    except BaseException:  # cut, or the caller gave up: the response will not be delivered
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        raise
+    response.stream = http.replay(read, rest, watch)
+    if attempt.early is not None:
+        return attempt.early  # the answer came whole: what it was is known now
+    return "later" if watch.asked else "other"  # ended without the answer: a 2xx without it
+
+
+async def _session_busy(adapter: str, response: Any) -> bool:
+    async def body() -> bytes:
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > _MAX_REFUSAL_BODY:
+            return b""
+        try:
+            content: bytes = await response.aread()
+            return content
+        except Exception:  # the client's TransportError: no body is no refusal
+            return b""
+
+    return await recognises_session_busy(adapter, response.status_code, response.headers, body)
+
+
+def synthetic_error(http: HttpLibrary, request: Any, request_id: object, why: str) -> Any:
+    """A JSON-RPC error the SDK resolves this one request with, instead of tearing down the session.
+
+    Never a server's word. Under app-authorized the call seam turns the call's failure into
+    `ReplayUnavailableError` or, when an attempt lacked an answer, `UnknownEffectError`.
+    """
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": -32000, "message": f"otel-mcp-replay: {why}"},
+    }
+    headers = {"content-type": "application/json"}
+    return http.module.Response(http.synthetic_status, json=body, headers=headers, request=request)

@@ -1,0 +1,137 @@
+"""The rounds of an app's call (mcp 2.x, SEP-2322): one call all the same.
+
+The rule: an app's `Client.call_tool` that the SDK's round driver sends as one
+`ClientSession.call_tool` per round is one call: its span is made by its first round and holds every
+round's attempts and records; it ends, counted once in the metrics, when the app's call returns or
+raises, its verdict the final round's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+
+from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.attempt import series_effect
+from otel_mcp_replay.call_span import Route, end_call_span, error_type, start_call_span
+from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
+from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import CallVerdict, Effect
+
+
+class Round(Protocol):
+    """What the app's call reads of one of its rounds (call.ToolCall) as the round ends."""
+
+    effect: Effect
+    sent: int
+    declaration: Declaration | None
+    request_id: object
+    may_have_run: bool
+    server_code: int | None
+    http_version: str | None
+    local: bool
+    fingerprint: bytes | None  # the repeat guard's, told to its store as the app's call ends
+    guard_armed: bool | None
+
+    def settled(self, verdict: CallVerdict) -> None: ...
+
+
+class AppCall:
+    """One `Client.call_tool` of the app's (mcp 2.x), which the SDK's round driver (SEP-2322) sends
+    as one `ClientSession.call_tool` per round: one call all the same. Its span is made by its first
+    round and holds every round's attempts and records; it ends, counted once in the metrics, when
+    the app's call returns or raises, its verdict the final round's."""
+
+    # Class attributes until a round changes them (one store fewer per call each).
+    span: Span | None = None  # made by the first round: a call that sent none has none
+    context: Context | None = None
+    rounds = 0
+    last: tuple[Round, CallVerdict] | None = None  # the latest round ended, as it ended
+    effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
+    mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+    unfiled: Round | None = None  # the latest round, a claimed result the client finishes
+    route: Route | None = None  # where its rounds' requests went (the latest's)
+    sent = 0  # requests sent over all its rounds
+
+    def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
+        self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
+
+    def is_round(self, session: object, tool: str, arguments: object) -> bool:
+        """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
+        the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
+        return session is self.session and tool == self.tool and arguments is self.arguments
+
+    @property
+    def continues(self) -> bool:
+        """The latest round was answered with InputRequiredResult: the next one continues it, and is
+        never a repeat of it."""
+        return self.last is not None and self.last[1] == "input-required"
+
+    def next_round(self) -> tuple[int, Span, Context]:
+        if self.span is None:
+            self.started_ns = time.perf_counter_ns()
+            self.span = start_call_span(self.runtime, self.tool)
+            self.context = trace.set_span_in_context(self.span)
+        assert self.context is not None
+        self.rounds += 1
+        return self.rounds, self.span, self.context
+
+    def round_ended(self, call: Round, verdict: CallVerdict, *, filed: bool = True) -> None:
+        self.last = (call, verdict)
+        self.unfiled = None if filed else call
+        self.effect = series_effect(self.effect, call.effect)
+        self.sent += call.sent
+
+    def ended(self, error: BaseException | None, result: object = None) -> None:
+        """The app's call returned `result` (`error` None) or raised `error`: end its span, count it
+        once, and file a round the client finished itself (a claimed result) as the call ended."""
+        span, last = self.span, self.last
+        if span is None:
+            return  # no round began: nothing was sent, nothing to say
+        if last is None:  # not reached: every round ends (patches/session.py), but never leave a span open
+            span.end()
+            return
+        call, verdict = last
+        # The app's call is over: its last round, which refers back to it, is let go now, so both
+        # are freed as the app drops this call, not left as a cycle for the garbage collector.
+        self.last = None
+        if error is None and self.unfiled is not None:  # the claim's resolver made the final result
+            verdict = "tool-error" if getattr(result, "is_error", None) is True else "completed"
+        if error is not None:
+            verdict = "failed"  # the final round's own failure, or what the SDK raised after it
+        unfiled, self.unfiled = self.unfiled, None
+        if unfiled is not None:
+            unfiled.settled(verdict)
+        policy = (call.declaration or COMPATIBILITY).policy
+        outcome: dict[str, str | int | bool] = {
+            t.SENT: self.sent,
+            t.EFFECT: self.effect,
+            t.VERDICT: verdict,
+            t.MAY_HAVE_RUN: call.may_have_run and error is not None,
+            t.POLICY: policy,
+            t.JSONRPC_REQUEST_ID: str(call.request_id),
+        }
+        code = call.server_code if error is not None else None
+        if error is not None:
+            failure_type: str | None = error_type(error, code)
+        else:
+            failure_type = t.TOOL_ERROR if verdict == "tool-error" else None
+        end_call_span(
+            self.runtime,
+            span,
+            self.tool,
+            self.started_ns,
+            self.route,
+            outcome,
+            failure_type,
+            code,
+            call.http_version,
+            call.local,
+        )
+        self.runtime.instruments.calls.add(
+            1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
+        )
