@@ -409,11 +409,31 @@ class JaegerSink(SpanSink):
         return [s for trace in self.jaeger.find(service) for s in self.jaeger.spans_v3(trace["traceID"])]
 
     def wait_for_records(self, calls: int) -> list[SpanDict]:
+        """Every span the Collector took, once Jaeger holds it. The records alone are not enough:
+        they ride on the call spans, uncertain ones, which the Collector sends at once, while the
+        answered attempts wait for the sampling decision (collector-config/README.md)."""
         from harness import otel_stack as o
 
+        def accepted() -> float:
+            return self.collector.metric("otelcol_receiver_accepted_spans")
+
+        def sent() -> float:
+            return self.collector.metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")
+
+        spans: list[SpanDict] = []
+
+        def stored() -> bool:
+            nonlocal spans
+            # Every trace is kept (the rate is 100) and no span is sent twice: all sent, all stored.
+            if records_received(spans) < calls or sent() < accepted():
+                spans = self.spans()
+                return False
+            spans = self.spans()
+            return len(spans) >= sent()
+
         timeout = JAEGER_DECISION_WAIT_S + SPANS_TIMEOUT_S + 10
-        o.wait_until(lambda: records_received(self.spans()) >= calls, timeout, interval=0.5)
-        return self.spans()
+        o.wait_until(stored, timeout, interval=0.5)
+        return spans
 
 
 if __name__ == "__main__":
