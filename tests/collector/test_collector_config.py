@@ -218,7 +218,10 @@ INT_KEYS = frozenset(
         t.ATTEMPTS_WAIT_MS,
     )
 )
-FREE_TEXT_KEYS = frozenset((t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID))
+# error.type: a status code as a string, `tool_error`, or an exception's qualified type (contract).
+FREE_TEXT_KEYS = frozenset(
+    (t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID, t.ERROR_TYPE)
+)
 
 # Keys every exported span may carry whatever instrumentation made it: exception events
 # (Span.record_exception) and the resource of the Python SDK. An exception's message and stack trace
