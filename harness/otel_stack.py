@@ -302,6 +302,27 @@ def validate(binary: Path, configs: Sequence[Path], env: Mapping[str, str] | Non
     return done.returncode, done.stdout + done.stderr
 
 
+def wait_stored(collector: Collector, jaeger: Jaeger, service: str, timeout: float) -> list[SpanDict]:
+    """The service's spans in Jaeger once it holds every span the collector took (bounded).
+
+    For a collector that keeps every trace (a sampling rate of 100) and sends no span twice: each
+    span it accepted is sent on once, to `otlp/jaeger`. Waiting for the call spans alone is not
+    enough: uncertain spans leave at once, the others after the decision and a batch.
+    """
+    spans: list[SpanDict] = []
+
+    def stored() -> bool:
+        nonlocal spans
+        sent = collector.metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")
+        done = sent >= collector.metric("otelcol_receiver_accepted_spans") > 0
+        found = [] if service not in jaeger.services() else jaeger.find(service)
+        spans = [s for trace in found for s in jaeger.spans_v3(trace["traceID"])]
+        return done and len(spans) >= sent
+
+    wait_until(stored, timeout, interval=0.5)
+    return spans
+
+
 def wait_until(holds: Any, timeout: float, interval: float = 0.25) -> bool:
     """Poll `holds()` until true or `timeout` (a guard against a hang, never a verdict)."""
     deadline = time.monotonic() + timeout

@@ -414,26 +414,8 @@ class JaegerSink(SpanSink):
         answered attempts wait for the sampling decision (collector-config/README.md)."""
         from harness import otel_stack as o
 
-        def accepted() -> float:
-            return self.collector.metric("otelcol_receiver_accepted_spans")
-
-        def sent() -> float:
-            return self.collector.metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")
-
-        spans: list[SpanDict] = []
-
-        def stored() -> bool:
-            nonlocal spans
-            # Every trace is kept (the rate is 100) and no span is sent twice: all sent, all stored.
-            if records_received(spans) < calls or sent() < accepted():
-                spans = self.spans()
-                return False
-            spans = self.spans()
-            return len(spans) >= sent()
-
         timeout = JAEGER_DECISION_WAIT_S + SPANS_TIMEOUT_S + 10
-        o.wait_until(stored, timeout, interval=0.5)
-        return spans
+        return o.wait_stored(self.collector, self.jaeger, "mcp-demo-agent", timeout)
 
 
 if __name__ == "__main__":

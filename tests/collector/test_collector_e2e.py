@@ -214,7 +214,7 @@ def test_jaeger_serves_its_query_api_and_only_a_placeholder_ui(jaeger: o.Jaeger)
     """README: a Jaeger built by `go build` serves a placeholder page where the UI would be; the
     query API is whole."""
     status, page = jaeger.get("/")
-    assert status == 200 and b"<script" not in page.lower(), page[:300]
+    assert status == 200 and b"This is not the Jaeger UI" in page, page[:300]
     assert jaeger.services() == []
 
 
@@ -362,14 +362,7 @@ def test_redaction_masks_what_an_app_without_the_configurator_sends(
         assert [name for name, canary in CANARIES.items() if canary.encode() not in raw] == []
         with o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector:
             run_leaky_app(tmp_path, server.url, collector.traces_endpoint, MODERN)
-            o.wait_until(
-                lambda: any(
-                    s["name"] == "export-report"
-                    for spans in traces_in_jaeger(jaeger, "leaky-app").values()
-                    for s in spans
-                ),
-                ARRIVAL_GUARD_S,
-            )
+            o.wait_stored(collector, jaeger, "leaky-app", ARRIVAL_GUARD_S)  # all of it, masked or not
     ids = [trace["traceID"] for trace in jaeger.find("leaky-app")]
     answers = [jaeger.get("/api/traces", service="leaky-app", lookback="1h")[1]]
     answers += [jaeger.get(f"/api/traces/{trace_id}")[1] for trace_id in ids]
@@ -510,7 +503,8 @@ def test_every_jaeger_query_in_the_docs_returns_what_it_says(
 ) -> None:
     with o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector:
         run_demo_agent(tmp_path, collector.traces_endpoint)
-        wait_for_calls(jaeger, {"search": 2, "charge": 1, "send_email": 1})
+        # Every span, not only the calls': some rows match answered attempts, which leave last.
+        o.wait_stored(collector, jaeger, SERVICE, ARRIVAL_GUARD_S)
     wrong = []
     for path, heading in QUERY_TABLES:
         for tags, finds in documented_queries(path, heading):
