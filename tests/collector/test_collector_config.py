@@ -1,13 +1,15 @@
 """collector-config/ agrees with the plugin's telemetry contract and with itself.
 
-No collector, Docker or network runs here. What is checked instead:
+No collector, Docker or network runs here (test_collector_e2e.py runs the built Collector and
+Jaeger on these files). What is checked instead:
 - every YAML/JSON file parses (duplicate keys refused, as the collector's own YAML loader does);
 - every attribute key the plugin can emit, read from `otel_mcp_replay.telemetry` (never a copied
   list), every key the installed mcp SDK sets on its spans (read from its source) and every key the
   httpx2 instrumentor puts on a real request's span (observed in a subprocess, `http/dup`
   conventions) is on the redaction allow-list of each collector configuration that has one;
 - pipelines use only the components their file defines, and each defined component is used; the
-  component types and keys are those of the contrib distribution v0.136.0;
+  component types and keys are within those of the contrib release's schemas (read at v0.136.0;
+  that the built v0.161.0 accepts every file is the end-to-end start-up test's to say);
 - tail-sampling policies read contract keys and words, cover every decline reason, read only keys
   the allow-list keeps, and the processors run in the documented order;
 - the pipelines, run on the contract's spans (a small reading of the OTTL used here), export every
