@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
@@ -230,22 +230,33 @@ class Collector:
         assert status == 200, body[:200]
         return body.decode()
 
-    def metric(self, name: str) -> float:
-        """The sum of every series of one of the collector's own metrics (0 when it has none yet)."""
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the series of one of the collector's own metrics that carry every label given
+        (0 when it has none yet): `metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")`."""
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
         total = 0.0
         for line in self.metrics().splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rsplit(" ", 1)[1])
+            if not (line.startswith(name + "{") or line.startswith(name + " ")):
+                continue
+            series = line[len(name) :].rsplit(" ", 1)
+            if all(label in series[0] for label in wanted):
+                total += float(series[1])
         return total
 
 
 @contextlib.contextmanager
 def running_collector(
-    binary: Path, config: Path, work_dir: Path, env: Mapping[str, str] | None = None
+    binary: Path,
+    config: Path,
+    work_dir: Path,
+    env: Mapping[str, str] | None = None,
+    overlays: Sequence[Path] = (),
 ) -> Iterator[Collector]:
     """`binary --config=config`, its receivers, health check and metrics on free 127.0.0.1 ports.
 
     `env` adds the config's other settings (MCP_REPLAY_JAEGER_ENDPOINT, MCP_REPLAY_SAMPLE_PERCENT ...).
+    `overlays` are further `--config` files the Collector merges over the shipped one, as a user
+    changes a setting no variable reaches (the loadbalancing exporter's resolver).
     """
     grpc, http, health, metrics = (free_port() for _ in range(4))
     settings = {
@@ -256,7 +267,7 @@ def running_collector(
         "MCP_REPLAY_METRICS_PORT": str(metrics),
         **(env or {}),
     }
-    argv = [str(binary), f"--config={config}"]
+    argv = [str(binary), f"--config={config}", *(f"--config={overlay}" for overlay in overlays)]
     log = work_dir / f"{config.stem}-{grpc}.log"
     with _running(config.name, argv, settings, log, f"http://{HOST}:{health}/") as process:
         has_http = "MCP_REPLAY_OTLP_HTTP_ENDPOINT" in config.read_text()
@@ -267,6 +278,49 @@ def running_collector(
             f"http://{HOST}:{http}" if has_http else "",
             f"http://{HOST}:{metrics}/metrics",
         )
+
+
+def static_gateways(work_dir: Path, gateways: Sequence[Collector]) -> Path:
+    """An overlay for otelcol-agent.yaml: the loadbalancing exporter's `static` resolver, listing
+    these gateways, in place of the shipped `dns` one (its README, "From one tier to two").
+    `dns: null` removes the shipped resolver: the exporter takes exactly one."""
+    overlay = work_dir / f"static-gateways-{len(gateways)}-{free_port()}.yaml"
+    hostnames = ", ".join(json.dumps(gateway.otlp_grpc) for gateway in gateways)
+    overlay.write_text(
+        "exporters:\n  loadbalancing:\n    resolver:\n      dns: null\n"
+        f"      static:\n        hostnames: [{hostnames}]\n"
+    )
+    return overlay
+
+
+def validate(binary: Path, configs: Sequence[Path], env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """`binary validate`: whether the Collector accepts these merged configs, and what it said."""
+    argv = [str(binary), "validate", *(f"--config={config}" for config in configs)]
+    done = subprocess.run(
+        argv, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def wait_stored(collector: Collector, jaeger: Jaeger, service: str, timeout: float) -> list[SpanDict]:
+    """The service's spans in Jaeger once it holds every span the collector took (bounded).
+
+    For a collector that keeps every trace (a sampling rate of 100) and sends no span twice: each
+    span it accepted is sent on once, to `otlp/jaeger`. Waiting for the call spans alone is not
+    enough: uncertain spans leave at once, the others after the decision and a batch.
+    """
+    spans: list[SpanDict] = []
+
+    def stored() -> bool:
+        nonlocal spans
+        sent = collector.metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")
+        done = sent >= collector.metric("otelcol_receiver_accepted_spans") > 0
+        found = [] if service not in jaeger.services() else jaeger.find(service)
+        spans = [s for trace in found for s in jaeger.spans_v3(trace["traceID"])]
+        return done and len(spans) >= sent
+
+    wait_until(stored, timeout, interval=0.5)
+    return spans
 
 
 def wait_until(holds: Any, timeout: float, interval: float = 0.25) -> bool:

@@ -1,13 +1,15 @@
 """collector-config/ agrees with the plugin's telemetry contract and with itself.
 
-No collector, Docker or network runs here. What is checked instead:
+No collector, Docker or network runs here (test_collector_e2e.py runs the built Collector and
+Jaeger on these files). What is checked instead:
 - every YAML/JSON file parses (duplicate keys refused, as the collector's own YAML loader does);
 - every attribute key the plugin can emit, read from `otel_mcp_replay.telemetry` (never a copied
   list), every key the installed mcp SDK sets on its spans (read from its source) and every key the
   httpx2 instrumentor puts on a real request's span (observed in a subprocess, `http/dup`
   conventions) is on the redaction allow-list of each collector configuration that has one;
 - pipelines use only the components their file defines, and each defined component is used; the
-  component types and keys are those of the contrib distribution v0.136.0;
+  component types and keys are within those of the contrib release's schemas (read at v0.136.0;
+  that the built v0.161.0 accepts every file is the end-to-end start-up test's to say);
 - tail-sampling policies read contract keys and words, cover every decline reason, read only keys
   the allow-list keeps, and the processors run in the documented order;
 - the pipelines, run on the contract's spans (a small reading of the OTTL used here), export every
@@ -218,7 +220,10 @@ INT_KEYS = frozenset(
         t.ATTEMPTS_WAIT_MS,
     )
 )
-FREE_TEXT_KEYS = frozenset((t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID))
+# error.type: a status code as a string, `tool_error`, or an exception's qualified type (contract).
+FREE_TEXT_KEYS = frozenset(
+    (t.GEN_AI_TOOL_NAME, t.JSONRPC_REQUEST_ID, t.ENDPOINT, t.MCP_SESSION_ID, t.ERROR_TYPE)
+)
 
 # Keys every exported span may carry whatever instrumentation made it: exception events
 # (Span.record_exception) and the resource of the Python SDK. An exception's message and stack trace
@@ -463,6 +468,8 @@ def test_the_allow_list_is_closed_and_clean(path: Path) -> None:
     assert set(keys) >= RESOURCE_KEYS
     assert not [k for k in keys if NEVER_ALLOWED.match(k)]
     assert section["summary"] in {"debug", "info", "silent"}
+    # README: numbers, booleans and arrays are not read by the blocked values.
+    assert section.get("redact_all_types", False) is False
 
 
 def test_agent_and_single_tier_redact_alike() -> None:
@@ -866,6 +873,54 @@ def test_every_setting_read_from_the_environment_has_a_default_and_is_documented
         assert name in text.split("\nextensions:", 1)[0], f"{path.name}: header comment does not list {name}"
 
 
+README_DEFAULTS = re.compile(r"^\| `(MCP_REPLAY_[A-Z_]+)` \| `([^`]*)` \|", re.M)
+
+
+def test_the_readme_gives_each_setting_the_default_its_file_has() -> None:
+    """Both tables of README.md's variables against the `${env:NAME:-default}` of every file that
+    reads them (the three collector configs and jaeger-local.yaml): same names, same defaults."""
+    documented = dict(README_DEFAULTS.findall(README.read_text()))
+    read: dict[str, set[str]] = defaultdict(set)
+    for path in (*COLLECTORS, JAEGER_LOCAL):
+        code = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+        for name, default in ENV_REF.findall(code):
+            read[name].add(default)
+    assert read and all(len(defaults) == 1 for defaults in read.values()), read
+    assert documented == {name: defaults.pop() for name, defaults in read.items()}
+    # Jaeger outside a container: every port it opens is on loopback unless moved.
+    jaeger = {name: documented[name] for name in read if name in JAEGER_LOCAL.read_text()}
+    assert len(jaeger) == 4 and all(default.startswith("127.0.0.1:") for default in jaeger.values()), jaeger
+
+
+BUILD_SCRIPT = CC.parent / "scripts" / "otel-binaries"
+
+
+def built_versions() -> dict[str, str]:
+    """The versions scripts/otel-binaries builds (its `NAME=VERSION` lines)."""
+    found = dict(re.findall(r"^([A-Z_]+_VERSION)=(\S+)", BUILD_SCRIPT.read_text(), flags=re.M))
+    assert set(found) == {"COLLECTOR_VERSION", "JAEGER_MODULE_VERSION", "JAEGER_VERSION"}, found
+    return found
+
+
+def test_the_versions_named_are_the_ones_built_and_the_images_pinned() -> None:
+    """The README's versions, the manifest's, the build script's and the compose images' agree:
+    what a user runs by Docker is the release the tests ran as binaries."""
+    built = built_versions()
+    assert built["COLLECTOR_VERSION"] == COLLECTOR_VERSION == load_yaml(BUILDER_MANIFEST)["dist"]["version"]
+    images = {
+        service["image"].rpartition(":")[0]: service["image"].rpartition(":")[2]
+        for path in (COMPOSE, COMPOSE_TWO_TIER)
+        for service in compose_services(path).values()
+        if "image" in service
+    }
+    assert images["otel/opentelemetry-collector-contrib"] == built["COLLECTOR_VERSION"]
+    assert images["jaegertracing/jaeger"] == built["JAEGER_VERSION"]
+    readme = " ".join(README.read_text().split())
+    assert f"Collector **v{built['COLLECTOR_VERSION']}** and Jaeger **v{built['JAEGER_VERSION']}**" in readme
+    assert f"`github.com/jaegertracing/jaeger` v{built['JAEGER_MODULE_VERSION']}" in readme
+    assert f"v{built['JAEGER_MODULE_VERSION']}" in JAEGER_LOCAL.read_text()
+
+
 @pytest.mark.parametrize("path", COLLECTORS, ids=lambda p: p.name)
 def test_each_collector_file_names_the_release_its_keys_are_from(path: Path) -> None:
     assert f"v{COLLECTOR_VERSION}" in path.read_text().split("\nextensions:", 1)[0]
@@ -956,6 +1011,21 @@ def test_policies_keep_every_uncertain_call_and_every_error(path: Path) -> None:
     # The keeping policies stand alone at the top (an `and` around them would narrow them) and nothing drops.
     assert not [p for p in policies if p["type"] in {"drop", "composite", "rate_limiting"}]
     assert not [p for p in policies if (p.get(p["type"]) or {}).get("invert_match")]
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
+def test_every_policy_reads_the_span_not_the_record_s_content(path: Path) -> None:
+    """README: the policies read span attributes, status and an event's name, never a record's keys
+    (the call span carries the call's outcome itself)."""
+    for policy in leaf_policies(tail_sampling(path)["policies"]):
+        for condition in (policy.get("ottl_condition") or {}).get("spanevent", []):
+            assert not OTTL_ATTRIBUTE.findall(condition) and OTTL_NAME.search(condition), condition
+    readme_policies = re.findall(
+        r"^\| `([a-z-]+)` \|",
+        README.read_text().split("### Tail sampling", 1)[1].split("###", 1)[0],
+        flags=re.M,
+    )
+    assert readme_policies == [p["name"] for p in tail_sampling(path)["policies"]]
 
 
 @pytest.mark.parametrize("path", SAMPLING, ids=lambda p: p.name)
@@ -1774,7 +1844,7 @@ def readme_jaeger_tags() -> list[list[tuple[str, str]]]:
     searches: list[list[tuple[str, str]]] = []
     for line in section.splitlines():
         if line.startswith("|") and "=" in line:
-            cell = line.rstrip(" |").rsplit("|", 1)[1]
+            cell = line.split("|")[1]  # the tags column
             code = re.findall(r"`([^`]*)`", cell)
             assert len(code) == 1, line
             pairs = [pair.partition("=") for pair in code[0].split()]

@@ -13,10 +13,13 @@ Sampling waits are bounded polls on what Jaeger and the Collector report; no clo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +199,25 @@ def test_the_binaries_are_the_pinned_releases(bins: o.Binaries) -> None:
     assert "v2.13.0" in jaeger.stdout + jaeger.stderr, jaeger.stdout + jaeger.stderr
 
 
+def test_the_build_script_finds_what_it_built_and_builds_nothing_again(bins: o.Binaries) -> None:
+    """README: built into the cache, keyed by version; a second run only finds them (no Go needed)."""
+    env = {**os.environ, "GO": "/nonexistent/go", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(o.BUILD_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"OTELCOL={bins.otelcol}", f"JAEGER={bins.jaeger}"]
+    assert "/otelcol/v0.161.0-" in str(bins.otelcol) and "/jaeger/v1.76.0/" in str(bins.jaeger)
+
+
+def test_jaeger_serves_its_query_api_and_only_a_placeholder_ui(jaeger: o.Jaeger) -> None:
+    """README: a Jaeger built by `go build` serves a placeholder page where the UI would be; the
+    query API is whole."""
+    status, page = jaeger.get("/")
+    assert status == 200 and b"This is not the Jaeger UI" in page, page[:300]
+    assert jaeger.services() == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Tail sampling
 
@@ -211,7 +233,20 @@ def test_tail_sampling_keeps_every_call_that_may_have_run_whole_and_drops_clean_
         exported = collector.metric("otelcol_receiver_accepted_spans")
         assert exported > 0
         o.wait_until(lambda: decided(collector) >= len(run.seen), ARRIVAL_GUARD_S)
-        traces = traces_in_jaeger(jaeger)
+
+        def stored_whole() -> bool:
+            # A kept trace's other spans leave after the decision, through traces/sampled's batch:
+            # read again until the kept calls are whole (a hang guard; the asserts below judge).
+            nonlocal traces
+            traces = traces_in_jaeger(jaeger)
+            found = calls_by_tool(traces)
+            return all(
+                whole_call(spans, tool, run.posts[("billing", tool)]) == []
+                for tool in ("charge", "send_email")
+                for spans in found.get(tool, [])[:1]
+            )
+
+        o.wait_until(stored_whole, ARRIVAL_GUARD_S, interval=0.5)
     by_tool = calls_by_tool(traces)
     # The agent saw the cut charge repeated and answered, the cut send_email fail as may-have-run.
     assert run.posts[("billing", "charge")] == 2 and run.posts[("billing", "send_email")] == 1
@@ -327,14 +362,7 @@ def test_redaction_masks_what_an_app_without_the_configurator_sends(
         assert [name for name, canary in CANARIES.items() if canary.encode() not in raw] == []
         with o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector:
             run_leaky_app(tmp_path, server.url, collector.traces_endpoint, MODERN)
-            o.wait_until(
-                lambda: any(
-                    s["name"] == "export-report"
-                    for spans in traces_in_jaeger(jaeger, "leaky-app").values()
-                    for s in spans
-                ),
-                ARRIVAL_GUARD_S,
-            )
+            o.wait_stored(collector, jaeger, "leaky-app", ARRIVAL_GUARD_S)  # all of it, masked or not
     ids = [trace["traceID"] for trace in jaeger.find("leaky-app")]
     answers = [jaeger.get("/api/traces", service="leaky-app", lookback="1h")[1]]
     answers += [jaeger.get(f"/api/traces/{trace_id}")[1] for trace_id in ids]
@@ -359,70 +387,115 @@ def test_redaction_masks_what_an_app_without_the_configurator_sends(
 # Two tiers
 
 
-def test_two_tiers_route_each_trace_whole_to_the_gateway(
-    bins: o.Binaries, jaeger: o.Jaeger, tmp_path: Path
+AGENT_RUNS: Final = 3  # each run: six traces (the demo's four calls, two protocol requests)
+
+
+def test_two_tiers_route_each_trace_whole_to_exactly_one_of_two_gateways(
+    bins: o.Binaries, tmp_path: Path
 ) -> None:
-    gateway_settings = backends(jaeger, 100)
-    with o.running_collector(bins.otelcol, o.GATEWAY, tmp_path, gateway_settings) as gateway:
-        port = gateway.otlp_grpc.rsplit(":", 1)[1]
-        agent_settings = {"MCP_REPLAY_GATEWAY_HOSTNAME": o.HOST, "MCP_REPLAY_GATEWAY_PORT": port}
-        with o.running_collector(bins.otelcol, o.AGENT, tmp_path, agent_settings) as agent:
-            run = run_demo_agent(tmp_path, agent.traces_endpoint)
-            traces = wait_for_calls(jaeger, {"search": 2, "charge": 1, "send_email": 1})
-            o.wait_until(
-                lambda: (
-                    gateway.metric("otelcol_receiver_accepted_spans")
-                    >= agent.metric("otelcol_receiver_accepted_spans")
-                ),
-                ARRIVAL_GUARD_S,
+    """The agent (otelcol-agent.yaml) in front of two gateways (otelcol-gateway.yaml), its
+    loadbalancing exporter given a `static` resolver listing both; each gateway exports to a Jaeger
+    of its own, so where a trace went is where it is stored."""
+    with contextlib.ExitStack() as stack:
+        jaegers = [stack.enter_context(o.running_jaeger(bins.jaeger, tmp_path)) for _ in range(2)]
+        gateways = [
+            stack.enter_context(o.running_collector(bins.otelcol, o.GATEWAY, tmp_path, backends(j, 100)))
+            for j in jaegers
+        ]
+        overlay = o.static_gateways(tmp_path, gateways)
+        agent = stack.enter_context(o.running_collector(bins.otelcol, o.AGENT, tmp_path, overlays=[overlay]))
+        runs = [run_demo_agent(tmp_path / str(n), agent.traces_endpoint) for n in range(AGENT_RUNS)]
+
+        def accepted(collector: o.Collector) -> float:
+            return collector.metric("otelcol_receiver_accepted_spans")
+
+        def exported(gateway: o.Collector) -> float:
+            return gateway.metric("otelcol_exporter_sent_spans", exporter="otlp/jaeger")
+
+        def delivered() -> bool:
+            # Every span the agent took reached a gateway, and every span a gateway took left it
+            # for its Jaeger (the sampling rate is 100: all are kept).
+            return sum(map(accepted, gateways)) >= accepted(agent) > 0 and all(
+                exported(g) >= accepted(g) for g in gateways
             )
-            received_by_agent = agent.metric("otelcol_receiver_accepted_spans")
-            received_by_gateway = gateway.metric("otelcol_receiver_accepted_spans")
 
-            def stored_whole() -> bool:
-                # The uncertain spans reach Jaeger by a pipeline of their own (its batch): read
-                # again until every call is there whole, bounded (a hang guard, not the verdict).
-                nonlocal traces
-                traces = traces_in_jaeger(jaeger)
-                by_tool = calls_by_tool(traces)
-                return all(
-                    whole_call(spans, tool, run.posts[(endpoint, tool)]) == []
-                    for tool, endpoint in (("charge", "billing"), ("send_email", "billing"))
-                    for spans in by_tool.get(tool, [])[:1]
-                )
+        o.wait_until(delivered, ARRIVAL_GUARD_S, interval=0.5)
+        by_agent, by_gateway = accepted(agent), [accepted(g) for g in gateways]
+        sent = [exported(g) for g in gateways]
+        calls = sum(len(run.seen) for run in runs)
+        stored: list[dict[str, list[SpanDict]]] = []
 
-            o.wait_until(stored_whole, ARRIVAL_GUARD_S, interval=0.5)
-    assert received_by_agent > 0 and received_by_gateway == received_by_agent
-    by_tool = calls_by_tool(traces)
-    assert sorted(len(v) for v in by_tool.values()) == [1, 1, 2]
-    for tool, endpoint in (("charge", "billing"), ("send_email", "billing")):
-        assert whole_call(by_tool[tool][0], tool, run.posts[(endpoint, tool)]) == [], tool
-    searches = sorted(whole_call(spans, "search", 2) for spans in by_tool["search"])
-    assert searches == [[], []], searches  # each search: a 429, then the repeat
+        def stored_whole() -> bool:
+            # Jaeger's own batch: read again until every call is there (a hang guard, not the verdict).
+            nonlocal stored
+            stored = [traces_in_jaeger(j) for j in jaegers]
+            return sum(len(call_spans(s)) for found in stored for s in found.values()) >= calls
+
+        o.wait_until(stored_whole, ARRIVAL_GUARD_S, interval=0.5)
+    # Nothing lost, nothing doubled: each span the agent took reached one gateway and left it once.
+    assert by_agent > 0 and sum(by_gateway) == by_agent, (by_agent, by_gateway)
+    assert sent == by_gateway, (sent, by_gateway)
+    # Both gateways took traces (18 traces, routed by the hash of their random ids: all on one of
+    # two gateways has odds below 1 in 10,000 even on a ring split 60/40), and none went to both.
+    assert all(by_gateway), by_gateway
+    ids = [set(found) for found in stored]
+    assert ids[0] and ids[1] and not ids[0] & ids[1], [sorted(i) for i in ids]
+    # Each call's trace whole where it was stored: the call span and one POST per POST the server got.
+    posts = Counter[tuple[str, str]]()
+    for run in runs:
+        posts.update(run.posts)
+    whole: dict[str, list[list[str]]] = {}
+    for found in stored:
+        for spans in found.values():
+            for call in call_spans(spans):
+                tool = str(call["attributes"][t.GEN_AI_TOOL_NAME])
+                per_call = posts[(endpoint_of(call), tool)] // AGENT_RUNS
+                whole.setdefault(tool, []).append(whole_call(spans, tool, per_call))
+    assert {tool: len(problems) for tool, problems in whole.items()} == {
+        "search": 2 * AGENT_RUNS,
+        "charge": AGENT_RUNS,
+        "send_email": AGENT_RUNS,
+    }
+    assert all(problems == [] for found in whole.values() for problems in found), whole
+
+
+def test_the_agent_without_a_resolver_is_refused_at_start(bins: o.Binaries, tmp_path: Path) -> None:
+    """README: the loadbalancing exporter has no default resolver; leaving it out is an error."""
+    without = tmp_path / "no-resolver.yaml"
+    without.write_text("exporters:\n  loadbalancing:\n    resolver:\n      dns: null\n")
+    status, said = o.validate(bins.otelcol, [o.AGENT, without])
+    assert status != 0 and "no resolvers specified" in said, said
+    status, said = o.validate(bins.otelcol, [o.AGENT])
+    assert status == 0, said  # the shipped file, its `dns` resolver in place
 
 
 # ---------------------------------------------------------------------------------------------
 # The docs' Jaeger queries
 
 QUERY_ROW: Final = r"^\| `([^`]+)` \| ([^|]+) \| ([^|]+) \|$"
+README: Final = REPO / "collector-config" / "README.md"
+# Each table of Jaeger searches: (file, the section that holds it).
+QUERY_TABLES: Final = ((DOCS, "## Jaeger queries"), (README, "## Jaeger searches"))
 
 
-def documented_queries() -> list[tuple[dict[str, str], set[str]]]:
-    """docs/jaeger-tempo.md, "Jaeger queries": (tags, the demo calls it finds) for each row."""
-    import re
-
-    section = DOCS.read_text().split("## Jaeger queries", 1)[1].split("\n## ", 1)[0]
+def documented_queries(
+    path: Path = DOCS, heading: str = "## Jaeger queries"
+) -> list[tuple[dict[str, str], set[str]]]:
+    """A table of Jaeger searches: (tags, the demo calls it finds: none when it says `none`) per row."""
+    section = path.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
     rows = []
     for tags, _what, finds in re.findall(QUERY_ROW, section, flags=re.M):
         pairs = dict(pair.split("=", 1) for pair in tags.split())
-        rows.append((pairs, {tool.strip().strip("`") for tool in finds.split(",")}))
+        calls = {tool.strip().strip("`") for tool in finds.split(",")}
+        rows.append((pairs, set() if calls == {"none"} else calls))
     return rows
 
 
-def test_the_docs_list_jaeger_queries() -> None:
-    rows = documented_queries()
+@pytest.mark.parametrize(("path", "heading"), QUERY_TABLES, ids=("docs", "readme"))
+def test_the_docs_list_jaeger_queries(path: Path, heading: str) -> None:
+    rows = documented_queries(path, heading)
     assert len(rows) >= 5
-    assert all(tags and finds for tags, finds in rows)
+    assert all(tags for tags, _ in rows) and sum(1 for _, finds in rows if finds) >= 5
 
 
 def test_every_jaeger_query_in_the_docs_returns_what_it_says(
@@ -430,18 +503,25 @@ def test_every_jaeger_query_in_the_docs_returns_what_it_says(
 ) -> None:
     with o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector:
         run_demo_agent(tmp_path, collector.traces_endpoint)
-        wait_for_calls(jaeger, {"search": 2, "charge": 1, "send_email": 1})
+        # Every span, not only the calls': some rows match answered attempts, which leave last.
+        o.wait_stored(collector, jaeger, SERVICE, ARRIVAL_GUARD_S)
     wrong = []
-    for tags, finds in documented_queries():
-        found = set()
-        for trace in jaeger.find(SERVICE, tags):
-            spans = otlp_spans_of(jaeger, trace["traceID"])
-            found |= {
-                f"{endpoint_of(call)} {call['attributes'][t.GEN_AI_TOOL_NAME]}" for call in call_spans(spans)
-            }
-        if found != finds:
-            wrong.append((tags, sorted(found), sorted(finds)))
+    for path, heading in QUERY_TABLES:
+        for tags, finds in documented_queries(path, heading):
+            found = set()
+            for trace in jaeger.find(SERVICE, tags):
+                spans = otlp_spans_of(jaeger, trace["traceID"])
+                found |= {
+                    f"{endpoint_of(call)} {call['attributes'][t.GEN_AI_TOOL_NAME]}"
+                    for call in call_spans(spans)
+                }
+            if found != finds:
+                wrong.append((path.name, tags, sorted(found), sorted(finds)))
     assert wrong == []
+    # README: `error=true` finds nothing on this Jaeger's memory store, though spans failed.
+    stored = [s for trace in jaeger.find(SERVICE) for s in otlp_spans_of(jaeger, trace["traceID"])]
+    assert any(s["status"]["code"] == "ERROR" for s in stored)
+    assert jaeger.find(SERVICE, {"error": "true"}) == []
 
 
 def otlp_spans_of(jaeger: o.Jaeger, trace_id: str) -> list[SpanDict]:
@@ -505,19 +585,88 @@ def test_the_app_s_calls_complete_and_the_collector_stays_bounded_when_jaeger_is
 # The demo, through them
 
 
-def test_the_demo_prints_each_call_s_trace_as_jaeger_returns_it(bins: o.Binaries) -> None:
+DEMO: Final = REPO / "scripts" / "demo"
+TRACE_HEAD: Final = re.compile(r"^trace ([0-9a-f]{32})$")
+GROUND_TRUTH: Final = re.compile(r"^  (\w+) +(.+)$")
+SENT: Final = re.compile(r"(\w+) sent (\d+)x, ran (\d+)x")
+
+
+@dataclass(frozen=True)
+class PrintedCall:
+    """One trace block of the demo's output, read back: its call span and the spans under it."""
+
+    trace_id: str
+    roots: list[str]  # the head lines at the tree's top
+    endpoint: str  # from the record's line: "... endpoint billing"
+    attempts: list[str]  # the head lines of the call span's POST children, in order
+    attempt_details: list[str]  # the detail line under each of them
+
+
+def printed_calls(stdout: str) -> tuple[dict[tuple[str, str], int], list[PrintedCall]]:
+    """The demo's "What the servers really did" ((endpoint, tool) -> POSTs) and its trace blocks."""
+    rest = stdout.partition("What the servers really did (their own counters):\n")[2]
+    truth_text, _, traces_text = rest.partition("\nThe trace of each tool call, ")
+    posts = {
+        (endpoint, tool): int(sent)
+        for line in truth_text.splitlines()
+        if (row := GROUND_TRUTH.match(line))
+        for endpoint in [row.group(1)]
+        for tool, sent, _ran in SENT.findall(row.group(2))
+    }
+    calls = []
+    for block in traces_text.split("\n\n"):
+        lines = block.splitlines()
+        if not lines or not (match := TRACE_HEAD.match(lines[0])):
+            continue
+        body = lines[1:]
+        roots = [line[3:] for line in body if line.startswith(("└─ ", "├─ "))]
+        endpoint = re.search(r"· endpoint (\w+)", block)
+        attempt_rows = [i for i, line in enumerate(body) if re.match(r"^   [├└]─ POST  \[", line)]
+        calls.append(
+            PrintedCall(
+                match.group(1),
+                roots,
+                endpoint.group(1) if endpoint else "",
+                [body[i][6:] for i in attempt_rows],
+                [body[i + 1].strip(" │") if i + 1 < len(body) else "" for i in attempt_rows],
+            )
+        )
+    return posts, calls
+
+
+def test_the_demo_script_prints_each_call_s_trace_as_jaeger_returns_it(bins: o.Binaries) -> None:
+    """`./scripts/demo --jaeger`, as a user runs it: the Collector and Jaeger started, the demo's
+    four calls made through them, and each call's trace printed as Jaeger's query API returned it:
+    one tree per call, the call span `tools/call {tool}` (CLIENT) at its top and one `POST`
+    (CLIENT) under it per POST its server received, numbered in order."""
     done = subprocess.run(
-        [sys.executable, "-m", "harness.run", "--jaeger"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        [str(DEMO), "--jaeger"], cwd=REPO, capture_output=True, text=True, timeout=540, check=False
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "as Jaeger returns them (/api/v3/traces/{id}) (4 calls)" in done.stdout
-    for tool in ("search", "charge", "send_email"):
-        assert f"tools/call {tool}" in done.stdout
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    assert "the agent and the OpenTelemetry Collector in front of Jaeger, all on 127.0.0.1" in out
+    assert "The trace of each tool call, as Jaeger returns them (/api/v3/traces/{id}) (4 calls):" in out
+    posts, calls = printed_calls(out)
+    assert posts == {
+        ("billing", "search"): 2,
+        ("billing", "charge"): 2,
+        ("billing", "send_email"): 1,
+        ("catalog", "search"): 2,
+    }, out
+    assert len(calls) == 4 and len({call.trace_id for call in calls}) == 4, out
+    printed: dict[tuple[str, str], list[PrintedCall]] = {}
+    for call in calls:
+        assert len(call.roots) == 1, call  # one tree: nothing of the call lost its parent
+        (root,) = call.roots
+        tool = re.match(r"tools/call (\w+)  \[client, ", root)
+        assert tool, root
+        printed.setdefault((call.endpoint, tool.group(1)), []).append(call)
+    assert {key: len(found) for key, found in printed.items()} == dict.fromkeys(posts, 1), out
+    for key, (call,) in printed.items():
+        assert len(call.attempts) == posts[key], (key, call)
+        assert all(head.startswith("POST  [client, ") for head in call.attempts), call
+        numbers = [re.match(r"attempt (\d+) · ", detail) for detail in call.attempt_details]
+        assert [int(n.group(1)) if n else 0 for n in numbers] == list(range(1, posts[key] + 1)), call
 
 
 def test_a_plain_demo_never_looks_for_the_binaries() -> None:
