@@ -5,6 +5,9 @@
 #   stage NAME COMMAND [ARGS...]   run COMMAND as one stage (under set -e in a subshell, so a stage
 #                                  stops at its own first failure, and only itself)
 #   skip NAME WHY                  a stage left out on purpose, listed as such
+#   side_by_side FUNCTION...       run each FUNCTION (a shell function of stages) at the same time,
+#                                  each with its own log and output, printed whole, in the order
+#                                  given, once all have ended (SIDE_BY_SIDE=0: one after the other)
 #   finish                         the summary, and the exit status (0 only when none failed)
 #
 # A script run by another's stage (scripts/test-lines under scripts/test) adds its stages to the
@@ -60,6 +63,45 @@ skip() {
   _stage_record skip 0 "$1 ($2)"
 }
 
+# Two chains of stages on two cores take the time of the longer, not of both. Each chain keeps a log
+# of its own, since stage() reads a nested script's stages off the log's growth, which a chain beside
+# it would also grow; the logs join the run's when all have ended.
+side_by_side() {
+  local dir fn i pids=() rc
+  if [ "${SIDE_BY_SIDE:-1}" = "0" ]; then
+    for fn in "$@"; do "$fn"; done
+    return 0
+  fi
+  dir=$(mktemp -d)
+  echo "=== side by side: $* (the output of each follows when all have ended)"
+  i=0
+  for fn in "$@"; do
+    (
+      STAGES_LOG="$dir/$i.log"
+      : >"$STAGES_LOG"
+      "$fn"
+    ) >"$dir/$i.out" 2>&1 &
+    pids+=("$!")
+    i=$((i + 1))
+  done
+  # An interrupted run stops the chains too, instead of leaving them running.
+  trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
+  for i in "${!pids[@]}"; do
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    [ "$rc" -eq 0 ] || _stage_record FAIL 0 "${*:$((i + 1)):1} (outside its stages, exit $rc)"
+  done
+  trap - INT TERM
+  i=0
+  for fn in "$@"; do
+    echo "=== side by side: $fn, its output"
+    cat "$dir/$i.out"
+    cat "$dir/$i.log" >>"$STAGES_LOG"
+    i=$((i + 1))
+  done
+  rm -rf "$dir"
+}
+
 finish() {
   local failed
   failed=$(tail -n +"$STAGES_FIRST" "$STAGES_LOG" | grep -c '^FAIL' || true)
@@ -72,7 +114,7 @@ finish() {
   passed=$(grep -c '^pass' "$STAGES_LOG" || true)
   skipped=$(grep -c '^skip' "$STAGES_LOG" || true)
   echo
-  echo "=== summary: every stage, in the order it ended"
+  echo "=== summary: every stage, in the order it ended (the chains run side by side: one after the other)"
   while IFS=$'\t' read -r result seconds name; do
     printf '  %-8s %6ss  %s\n' "$result" "$seconds" "$name"
   done <"$STAGES_LOG"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -206,7 +207,9 @@ def overlay(cache: Path) -> str:
     server the tests start as a subprocess of sys.executable sees the same packages."""
     below = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     stamp = json.dumps({"base": sys._base_executable, "below": below})  # type: ignore[attr-defined]
-    root = cache / f"overlay-py{sys.version_info[0]}{sys.version_info[1]}"
+    # One per environment below, so that two gates (mcp 2.3 and 1.30) never rebuild each other's.
+    below_key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
+    root = cache / f"overlay-py{sys.version_info[0]}{sys.version_info[1]}-{below_key}"
     python = root / "bin" / "python"
     if not python.exists() or (root / "sdk-suite.json").read_text(encoding="utf-8") != stamp:
         shutil.rmtree(root, ignore_errors=True)

@@ -24,9 +24,9 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-def _run(script: Path) -> subprocess.CompletedProcess[str]:
+def _run(script: Path, **more: str) -> subprocess.CompletedProcess[str]:
     # Not inside the stage that runs this suite (./scripts/test's pytest): a run of its own.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGES_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGES_", "SIDE_BY_SIDE"))} | more
     return subprocess.run(
         [str(script)],
         capture_output=True,
@@ -105,3 +105,55 @@ def test_the_test_scripts_run_their_steps_as_stages() -> None:
         assert text.rstrip().endswith("\nfinish"), name
         assert step.search(text) is None, f"scripts/{name}: a step outside a stage: {step.search(text)}"
         assert len(re.findall(r"^\s*stage ", text, re.M)) >= least, name
+
+
+# Each chain signals, then waits (bounded) for the other's signal: both pass only if they ran at once.
+RENDEZVOUS = """
+meet() {{
+  touch "{dir}/$1"
+  for _ in $(seq 300); do [ -e "{dir}/$2" ] && return 0; sleep 0.1; done
+  return 1
+}}
+left() {{ stage left-meets meet left right; stage left-fails false; stage lines ./lines; }}
+right() {{ stage right-meets meet right left; skip right-off "OFF=1"; }}
+side_by_side left right
+stage after true
+"""
+
+
+def test_chains_side_by_side_run_at_once_and_keep_their_own_summaries(tmp_path: Path) -> None:
+    _script(tmp_path / "lines", "stage a true\nstage b false")
+    done = _run(_script(tmp_path / "main", RENDEZVOUS.format(dir=tmp_path)))
+    assert done.returncode == 1
+    # A chain's rows stay together, in the order given; a nested script in a chain is still read off
+    # its own log, though the other chain's stages ended meanwhile.
+    assert _summary(done.stdout) == [
+        ("pass", "left-meets"),
+        ("FAIL", "left-fails"),
+        ("pass", "lines: a"),
+        ("FAIL", "lines: b"),
+        ("(failed)", "lines: its stages above"),
+        ("pass", "right-meets"),
+        ("skip", "right-off (OFF=1)"),
+        ("pass", "after"),
+    ]
+    assert done.stdout.rstrip().endswith("stages: 4 passed, 2 failed, 1 skipped")
+    # Each chain's output is printed whole, the first given first.
+    assert done.stdout.index("=== stage left-meets") < done.stdout.index("=== stage right-meets")
+    assert done.stdout.index("=== stage left-fails") < done.stdout.index("=== stage right-meets")
+
+
+def test_side_by_side_off_runs_the_chains_in_turn(tmp_path: Path) -> None:
+    chains = "one() { stage one true; }\ntwo() { stage two false; }\nside_by_side one two"
+    done = _run(_script(tmp_path / "main", chains), SIDE_BY_SIDE="0")
+    assert done.returncode == 1
+    assert _summary(done.stdout) == [("pass", "one"), ("FAIL", "two")]
+    assert "=== side by side" not in done.stdout
+
+
+def test_a_chain_that_breaks_outside_its_stages_fails_the_run(tmp_path: Path) -> None:
+    chains = "one() { stage one true; }\nbroken() { exit 3; }\nside_by_side one broken"
+    done = _run(_script(tmp_path / "main", chains))
+    assert done.returncode == 1
+    assert ("FAIL", "broken (outside its stages, exit 3)") in _summary(done.stdout)
+    assert ("pass", "one") in _summary(done.stdout)
