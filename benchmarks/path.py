@@ -8,11 +8,17 @@ between them, and how many calls went back into a plugin module already on the s
 e.g. a loop calling back a closure of the seam that handed it down). Issue 20's goal: at most 8
 modules, at most 25 hops, no call back.
 
+And the count issue 32 names, `call_hops`: the Python calls from a frame of one plugin module into a
+function of another (its caller is the nearest plugin frame below it, by `f_back`, which links a
+resumed coroutine to the one awaiting it); a coroutine resumed after an await is no call, but its
+first start is. `calls` lists them, caller first.
+
 Run: `python -m benchmarks.path` (prints the path, then the figures as JSON).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from dataclasses import dataclass, field
@@ -39,6 +45,7 @@ class Path:
 
     modules: list[str] = field(default_factory=list)
     callbacks: int = 0
+    calls: list[str] = field(default_factory=list)  # each call from one plugin module into another
 
     @property
     def hops(self) -> int:
@@ -50,8 +57,10 @@ class Path:
             "modules": len(distinct),
             "hops": self.hops,
             "callbacks": self.callbacks,
+            "call_hops": len(self.calls),
             "goal_met": len(distinct) <= GOAL_MODULES and self.hops <= GOAL_HOPS and self.callbacks == 0,
             "path": self.modules,
+            "calls": self.calls,
         }
 
 
@@ -66,6 +75,9 @@ async def profiled_call(client: Client) -> Path:
     """One `call_tool("search")` under sys.setprofile: the plugin modules its functions ran in."""
     path = Path()
     stack: list[str | None] = []  # the plugin module (or None) of each Python frame entered
+    # The coroutine and generator frames started, held until the end (so no id is reused): one seen
+    # again is resumed, not called.
+    started: dict[int, FrameType] = {}
 
     def profile(frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
@@ -78,6 +90,7 @@ async def profiled_call(client: Client) -> Path:
                     path.callbacks += 1
                 if not path.modules or path.modules[-1] != module:
                     path.modules.append(module)
+                _count_call(path, frame, module, started)
             stack.append(module)
         elif event == "return" and stack:
             stack.pop()
@@ -88,6 +101,22 @@ async def profiled_call(client: Client) -> Path:
     finally:
         sys.setprofile(None)
     return path
+
+
+_RESUMABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _count_call(path: Path, frame: FrameType, module: str, started: dict[int, FrameType]) -> None:
+    if frame.f_code.co_flags & _RESUMABLE:
+        if id(frame) in started:
+            return  # resumed after an await: no call
+        started[id(frame)] = frame
+    below = frame.f_back
+    while below is not None and _module_of(below) is None:
+        below = below.f_back
+    caller = _module_of(below) if below is not None else None
+    if below is not None and caller is not None and caller != module:
+        path.calls.append(f"{caller}.{below.f_code.co_name} -> {module}.{frame.f_code.co_name}")
 
 
 async def _measure() -> Path:

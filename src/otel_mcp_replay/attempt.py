@@ -3,7 +3,8 @@
 The rule: an attempt's life is one path, SENDING -> EXCHANGED -> (AWAITING its answer) -> DONE
 (a redirect the client follows, SENDING -> REDIRECTED -> SENDING, stays the same attempt), entered
 only through the named transitions below; at DONE its span ends, its row is written and it
-is counted, once. It is the only writer of its own state and of its call's per-attempt facts.
+is counted, once. It is the only writer of its own state and of its call's per-attempt facts
+(what was sent, what got no response, the status the SDK was handed, whether the answer came).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import anyio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY, Context
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call_span import Route, type_name
 from otel_mcp_replay.law import GIVEN_UP, NO_RESPONSE, Answer, Outcome, Permission, classify
-from otel_mcp_replay.lines import http_instrumented
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import DeclinedReason, Effect
@@ -36,19 +36,61 @@ class AttemptsCall(Protocol):
     tool: str
     request_id: object
     runtime: Runtime
+    context: Context  # its span's: its attempts' spans are its children
     route: Route | None
+    records_http_duration: bool  # its attempts record the HTTP request duration (attempt._http_duration)
     attempt: Attempt | None
+    attempts: int
     effect: Effect
     rows: list[AttemptRow]
     final_error: BaseException | None
     http_version: str | None
     error_answered: bool
+    # The request's replay facts (call.ToolCall says what each means):
+    sent: int
+    unanswered: bool
+    delivered: int | None
+    answer_came: bool
 
-    def sent_one(self) -> None: ...
-    def no_answer(self) -> None: ...
-    def answer_arrived(self) -> None: ...
-    def delivered_status(self, status: int) -> None: ...
-    def attempt_span(self, permission: Permission | None) -> Span: ...
+
+def next_attempt(call: AttemptsCall, permission: Permission | None) -> Attempt:
+    """The call's next attempt, its span begun: repeated with `permission` (None: the first, or a
+    redirect's next hop, which continues the attempt it follows)."""
+    attempt = call.attempt
+    if permission is None and attempt is not None and attempt.state == "redirected":
+        attempt.hop_followed()
+        return attempt
+    attempt = call.attempt = Attempt(call, permission, _span_of(call, permission))
+    return attempt
+
+
+def _span_of(call: AttemptsCall, permission: Permission | None) -> Span:
+    """The span of the call's next attempt, begun now: the HTTP client span of its POST."""
+    call.attempts += 1
+    route = call.route
+    if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
+        return trace.INVALID_SPAN
+    number = call.attempts  # a redirect's follow-up continues the numbering
+    attributes: dict[str, str | int] = {
+        t.HTTP_REQUEST_METHOD: "POST",
+        t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+        t.GEN_AI_TOOL_NAME: call.tool,
+        t.JSONRPC_REQUEST_ID: str(call.request_id),
+        t.ATTEMPT: number,
+    }
+    endpoint = route.endpoint
+    if endpoint is not None:
+        attributes[t.URL_FULL] = endpoint.url_full
+        attributes[t.SERVER_ADDRESS] = endpoint.address
+        attributes[t.SERVER_PORT] = endpoint.port
+    if number > 1:
+        attributes[t.HTTP_RESEND_COUNT] = number - 1
+    if permission is not None:
+        attributes[t.PERMISSION_BY] = permission.by
+        attributes[t.PERMISSION_ON] = permission.on
+        if permission.assumes is not None:
+            attributes[t.PERMISSION_ASSUMES] = permission.assumes
+    return call.runtime.tracer.start_span(t.ATTEMPT_SPAN_NAME, call.context, SpanKind.CLIENT, attributes)
 
 
 # What a series' effect becomes after one more attempt's: uncertainty survives (once any attempt
@@ -83,7 +125,6 @@ class Attempt:
     hop_status = 0  # the redirect the client is following, while REDIRECTED
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     wire = 0  # times its request was handed to the connection (patches/wire.py)
-    last_hop = 0  # the status of the latest response to it there (0: none yet)
     stream_cut = False  # its answer's stream was cut, not ended
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
@@ -130,7 +171,7 @@ class Attempt:
 
     def redirected(self, status: int) -> None:
         """SENDING -> REDIRECTED: a redirect the client follows with the same request; the next
-        hop continues this attempt (ToolCall.opened)."""
+        hop continues this attempt (next_attempt)."""
         if self.state == "sending":
             self.state, self.hop_status = "redirected", status
 
@@ -145,7 +186,7 @@ class Attempt:
         self.decided(0, None)  # repeated, by the client: not declined
         call = self.call
         self.permission = Permission("app", outcome.failure or "error")
-        self.span = call.attempt_span(self.permission)
+        self.span = _span_of(call, self.permission)
         self.state, self.outcome, self.ended_ns, self.wait_ms = "sending", NO_RESPONSE, 0, 0
         self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
         call.attempt = self
@@ -163,11 +204,11 @@ class Attempt:
         if error is not None and outcome.status == 0:
             self.error_type = type_name(error)
         if outcome.effect != "none":
-            call.sent_one()
-        if outcome.status == 0 and outcome.failure == "network" and outcome.effect != "none":
-            call.no_answer()
+            call.sent += 1
+            if outcome.status == 0 and outcome.failure == "network":
+                call.unanswered = True  # no response at all (a received refusal is never this)
         if outcome.answered:
-            call.answer_arrived()
+            call.answer_came = True
         call.final_error = error  # the final error is the latest attempt's (None: a response)
 
     def decided(self, wait_ms: int, declined: DeclinedReason | None) -> None:
@@ -176,8 +217,9 @@ class Attempt:
             return
         self.wait_ms, self.declined = wait_ms, declined
         self.repeated = self.outcome.failure is not None and declined is None
-        if not self.repeated and self.outcome.status:  # the attempt the SDK was handed
-            self.call.delivered_status(self.outcome.status)
+        call = self.call
+        if not self.repeated and self.outcome.status and call.delivered is None:
+            call.delivered = self.outcome.status  # the attempt the SDK was handed: the first word stands
         if self.outcome.effect is not None:
             self._done()
         else:
@@ -187,7 +229,7 @@ class Attempt:
 
     def answered(self, kind: Answer) -> None:
         """The JSON-RPC answer to the request's id was seen on a stream: AWAITING -> DONE."""
-        self.call.answer_arrived()
+        self.call.answer_came = True
         if self.state != "awaiting":
             self.early = kind
             if self._answer_seen is not None:
@@ -216,16 +258,13 @@ class Attempt:
         """REDIRECTED -> SENDING: the next hop of a followed redirect, the same attempt."""
         self.state = "sending"
 
-    def reaching_connection(self) -> None:
-        """Its request goes to the connection once more (the client's door, patches/wire.py): after
-        a response that was no redirect, the client sent it again of itself."""
-        if self.last_hop and not 300 <= self.last_hop < 400:  # not a redirect's next hop: a re-send
-            self.resent_by_client(self.last_hop)
+    def reaching_connection(self, previous: int) -> None:
+        """Its request goes to the connection once more (the client's door, patches/wire.py), after
+        a response with status `previous` to it there (0: none yet): after one that was no
+        redirect, the client sent it again of itself."""
+        if previous and not 300 <= previous < 400:  # not a redirect's next hop: a re-send
+            self.resent_by_client(previous)
         self.wire += 1
-
-    def hop_answered(self, status: int) -> None:
-        """The connection's response to its latest hop came, with `status`."""
-        self.last_hop = status
 
     def abandon(self) -> None:
         """The call ended with this attempt open: sent and unanswered, or never to be repeated."""
@@ -242,7 +281,7 @@ class Attempt:
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
             self.exchanged(GIVEN_UP)
-            self.call.no_answer()
+            self.call.unanswered = True
             self.decided(0, "not-retryable")
         elif self.state == "exchanged":
             self.decided(0, "budget")
@@ -281,7 +320,7 @@ class Attempt:
             attributes[t.WAIT_MS] = self.wait_ms
         self.span.set_attributes(attributes)
         self.span.end(end_time=self.ended_ns or None)
-        if call.route is not None and http_instrumented():
+        if call.records_http_duration:
             self._http_duration(error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by

@@ -17,11 +17,11 @@ from typing import Any, Final
 import anyio
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import answer_of
 from otel_mcp_replay.attempt import Attempt as Attempt
+from otel_mcp_replay.attempt import next_attempt
 from otel_mcp_replay.attempt import series_effect as series_effect
 from otel_mcp_replay.call_span import Route as Route
 from otel_mcp_replay.call_span import end_call_span, error_type, start_call_span
@@ -31,8 +31,8 @@ from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.guard import CONFIRMED
-from otel_mcp_replay.law import Answer, Permission, classify
-from otel_mcp_replay.lines import LINE, asks_for_input, claimed
+from otel_mcp_replay.law import Answer, classify
+from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
 from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
@@ -53,9 +53,9 @@ class ToolCall:
 
     It holds its request's replay facts too (the spec's RequestReplay), in two layers kept apart:
     what HTTP showed (sent, no response at all, the status the SDK was handed), and whether the
-    JSON-RPC answer to its id arrived. Its attempts (attempt.py) tell them, through its named
-    methods, and the seams only ask; for the delivered status, the first word stands. Not
-    thread-safe: one call's owners take turns on one event loop.
+    JSON-RPC answer to its id arrived. Its attempts (attempt.py) write them, and the seams only ask;
+    for the delivered status, the first word stands. Not thread-safe: one call's owners take turns
+    on one event loop.
     """
 
     # What most calls never change starts as a class attribute (one store fewer per call each).
@@ -86,6 +86,9 @@ class ToolCall:
     error_answered = False  # ... and it was a JSON-RPC error (its code, the SDK's error's, is the server's)
     refusal: Any = None  # the error status response the SDK was handed (its body may be a JSON-RPC error)
     route: Route | None = None  # where its request went, once the HTTP seam saw it
+    # Its attempts record http.client.request.duration: the HTTP client instrumentation, which their
+    # spans suppress, is on (read once per call, as its request leaves).
+    records_http_duration = False
     http_version: str | None = None  # of the latest response
     server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
     may_have_run = False  # it failed as "may have run" (UnknownEffectError)
@@ -119,25 +122,13 @@ class ToolCall:
         """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
         self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
         self.route = route  # its span says it as the call ends (end_call_span), in one write
+        self.records_http_duration = http_instrumented()
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
         if self.app_call is not None:
             self.app_call.route = route
 
-    # -- the request's facts (its attempts tell them) --
-
-    def sent_one(self) -> None:
-        """The series sent the request once more."""
-        self.sent += 1
-
-    def no_answer(self) -> None:
-        """The series: an attempt got no response at all."""
-        self.unanswered = True
-
-    def delivered_status(self, status: int) -> None:
-        """The series handed the MCP SDK a response with this status. The first word stands."""
-        if self.delivered is None:
-            self.delivered = status
+    # -- what the seams tell it --
 
     def sent_as(self, request_id: object) -> None:
         """Its request left under `request_id` by a way the HTTP seam does not see (stdio)."""
@@ -154,10 +145,6 @@ class ToolCall:
     def refused_with(self, response: Any) -> None:
         """The series hands the SDK this error status response (its body is read as the call ends)."""
         self.refusal = response
-
-    def answer_arrived(self) -> None:
-        """The answer watcher: the JSON-RPC response to this request's id arrived."""
-        self.answer_came = True
 
     @property
     def app_authorized(self) -> bool:
@@ -178,49 +165,14 @@ class ToolCall:
         """
         return self.app_authorized and (self.unanswered or self.accepted_without_answer)
 
-    # -- the series' log --
-
-    def opened(self, permission: Permission | None) -> Attempt:
-        attempt = self.attempt
-        if permission is None and attempt is not None and attempt.state == "redirected":
-            attempt.hop_followed()  # the next hop of a followed redirect: the same attempt
-            return attempt
-        self.attempt = Attempt(self, permission, self.attempt_span(permission))
-        return self.attempt
-
-    def attempt_span(self, permission: Permission | None) -> Span:
-        """The span of the call's next attempt, begun now: the HTTP client span of its POST."""
-        self.attempts += 1
-        if self.route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
-            return trace.INVALID_SPAN
-        number = self.attempts  # a redirect's follow-up continues the numbering
-        attributes: dict[str, str | int] = {
-            t.HTTP_REQUEST_METHOD: "POST",
-            t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
-            t.GEN_AI_TOOL_NAME: self.tool,
-            t.JSONRPC_REQUEST_ID: str(self.request_id),
-            t.ATTEMPT: number,
-        }
-        endpoint = self.route.endpoint if self.route is not None else None
-        if endpoint is not None:
-            attributes[t.URL_FULL] = endpoint.url_full
-            attributes[t.SERVER_ADDRESS] = endpoint.address
-            attributes[t.SERVER_PORT] = endpoint.port
-        if number > 1:
-            attributes[t.HTTP_RESEND_COUNT] = number - 1
-        if permission is not None:
-            attributes[t.PERMISSION_BY] = permission.by
-            attributes[t.PERMISSION_ON] = permission.on
-            if permission.assumes is not None:
-                attributes[t.PERMISSION_ASSUMES] = permission.assumes
-        return self.runtime.tracer.start_span(t.ATTEMPT_SPAN_NAME, self.context, SpanKind.CLIENT, attributes)
+    # -- its answer, on the connection's own stream --
 
     def answered(self, kind: Answer) -> None:
         """The answer to this call's request was seen on the connection's own stream (SSE)."""
         if self.attempt is not None:
             self.attempt.answered(kind)
         else:
-            self.answer_arrived()
+            self.answer_came = True
 
     def stream_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
@@ -283,14 +235,8 @@ class ToolCall:
     def completed(self, result: Any) -> None:
         """The SDK returned `result`: settle, file the record, end the span."""
         self.abandon()
-        is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
-        if is_error is None:
-            is_error = getattr(result, "isError", False)
-        if asks_for_input(result):
-            verdict: CallVerdict = "input-required"
-        else:
-            verdict = "tool-error" if is_error is True else "completed"
-        if self.app_call is not None and claimed(result):
+        verdict, claimed = verdict_of(result)
+        if self.app_call is not None and claimed:
             # A client extension's own shape: its claim's resolver finishes it after this returns, so
             # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
             self.app_call.round_ended(self, verdict, filed=False)
@@ -429,8 +375,7 @@ class ToolCall:
             self.request_id = UNKNOWN_REQUEST_ID
         self.endpoint = LOCAL_ENDPOINT
         self.local = True
-        self.opened(None)
-        assert self.attempt is not None
+        attempt = next_attempt(self, None)
         applied = verdict != "failed"
-        self.attempt.exchanged(classify(0, "result" if applied else "other"))  # no HTTP status: 0
-        self.attempt.decided(0, None if applied else "not-retryable")
+        attempt.exchanged(classify(0, "result" if applied else "other"))  # no HTTP status: 0
+        attempt.decided(0, None if applied else "not-retryable")

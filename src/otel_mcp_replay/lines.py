@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from otel_mcp_replay.telemetry import CallVerdict
+
 
 @dataclass(frozen=True)
 class Line:
@@ -101,13 +103,17 @@ def http_instrumented() -> bool:
     return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
 
 
-def claimed(result: object) -> bool:
-    """A result of a client extension's own shape (mcp 2.x): neither a CallToolResult nor an
+def verdict_of(result: object) -> tuple[CallVerdict, bool]:
+    """How a `ClientSession.call_tool` that returned `result` ended, and whether `result` is a
+    claim: a client extension's own shape (mcp 2.x), neither a CallToolResult nor an
     InputRequiredResult, whose claim's resolver finishes it after the session's call returned."""
+    if getattr(result, "result_type", None) == "input_required":  # SEP-2322: input asked first
+        verdict: CallVerdict = "input-required"
+    else:
+        is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
+        if is_error is None:
+            is_error = getattr(result, "isError", False)
+        verdict = "tool-error" if is_error is True else "completed"
     found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
-    return found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
-
-
-def asks_for_input(result: object) -> bool:
-    """An `InputRequiredResult` (mcp 2.x, SEP-2322): the server asks for input before it completes."""
-    return getattr(result, "result_type", None) == "input_required"
+    claim = found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
+    return verdict, claim

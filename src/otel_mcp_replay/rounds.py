@@ -56,6 +56,9 @@ class AppCall:
     unfiled: Round | None = None  # the latest round, a claimed result the client finishes
     route: Route | None = None  # where its rounds' requests went (the latest's)
     sent = 0  # requests sent over all its rounds
+    # The latest round was answered with InputRequiredResult: the next one continues it, and is never
+    # a repeat of it.
+    continues = False
 
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
         self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
@@ -64,12 +67,6 @@ class AppCall:
         """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
         the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
         return session is self.session and tool == self.tool and arguments is self.arguments
-
-    @property
-    def continues(self) -> bool:
-        """The latest round was answered with InputRequiredResult: the next one continues it, and is
-        never a repeat of it."""
-        return self.last is not None and self.last[1] == "input-required"
 
     def next_round(self) -> tuple[int, Span, Context]:
         if self.span is None:
@@ -82,6 +79,7 @@ class AppCall:
 
     def round_ended(self, call: Round, verdict: CallVerdict, *, filed: bool = True) -> None:
         self.last = (call, verdict)
+        self.continues = verdict == "input-required"
         self.unfiled = None if filed else call
         self.effect = series_effect(self.effect, call.effect)
         self.sent += call.sent

@@ -9,6 +9,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mcp_replay import telemetry as t
+from otel_mcp_replay.attempt import Attempt, next_attempt
 from otel_mcp_replay.call import ToolCall, series_effect
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.law import (
@@ -140,50 +141,60 @@ def a_call(*, app_authorized: bool = False) -> ToolCall:
     return call
 
 
+def came_to(call: ToolCall, outcome: Outcome, *, repeated: bool = False) -> Attempt:
+    """One attempt of `call`, through the attempt's own transitions: exchanged as `outcome`, then
+    repeated (the policy's word: a wait) or handed to the SDK (a failure declined by the budget)."""
+    attempt = next_attempt(call, None)
+    attempt.exchanged(outcome)
+    attempt.decided(0, None if repeated or outcome.failure is None else "budget")
+    return attempt
+
+
 def test_facts_count_what_was_sent() -> None:
     call = a_call()
     assert call.sent == 0
-    call.sent_one()
-    call.sent_one()
-    assert call.sent == 2
+    came_to(call, NOT_SENT, repeated=True)  # never reached the connection: not sent
+    assert call.sent == 0
+    came_to(call, NO_RESPONSE, repeated=True)
+    came_to(call, classify(200, "result"))
+    assert call.sent == 2 and call.delivered == 200 and call.answer_came
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
     call = a_call()
-    call.sent_one()
-    call.no_answer()
-    assert not call.uncertain
+    came_to(call, NO_RESPONSE)
+    assert call.unanswered and not call.uncertain
 
 
 def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() -> None:
     call = a_call(app_authorized=True)
-    call.sent_one()
-    call.no_answer()
-    call.sent_one()
-    call.delivered_status(500)
-    call.answer_arrived()  # a later error answer does not undo the attempt that lacked one
-    assert call.uncertain
+    came_to(call, NO_RESPONSE, repeated=True)
+    # A later error answer does not undo the attempt that lacked one.
+    came_to(call, classify(200, "error"))
+    assert call.answer_came and call.uncertain
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
     call = a_call(app_authorized=True)
-    call.sent_one()
-    call.delivered_status(202)
+    attempt = came_to(call, classify(200, "later"))  # its answer is still to come on the stream
+    assert call.delivered == 200
     assert call.accepted_without_answer and call.uncertain
-    call.answer_arrived()
+    attempt.answered("result")
     assert not call.accepted_without_answer and not call.uncertain
 
 
 def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
     call = a_call(app_authorized=True)
-    for _ in range(3):
-        call.sent_one()
-    call.delivered_status(429)
+    for _ in range(2):
+        came_to(call, classify(429, None), repeated=True)
+    came_to(call, classify(429, None))
+    assert call.sent == 3 and call.delivered == 429
     assert not call.uncertain
 
 
 def test_the_first_delivered_status_stands() -> None:
     call = a_call(app_authorized=True)
-    call.delivered_status(503)
-    call.delivered_status(200)
+    came_to(call, classify(503, None))
+    came_to(call, classify(200, "later"))
+    assert call.delivered == 503
     assert not call.accepted_without_answer

@@ -1,8 +1,8 @@
 """The series of the HTTP seam: a tool call's attempts, and a protocol request's, each one loop.
 
 The rule: a request is sent again only as its policy's decision says, each attempt classified once
-(wire.py) and charged to its endpoint's bucket; a tool call's attempts are opened and ended by the
-call (`ToolCall.opened`, the attempt's transitions), and what the SDK is handed at the end is said by
+(wire.py) and charged to its endpoint's bucket; a tool call's attempts are opened and ended by
+attempt.py (`next_attempt`, the attempt's transitions), and what the SDK is handed at the end is said by
 one function (`_handed`). The request and what the seam was bound with travel as one value each.
 """
 
@@ -17,18 +17,28 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 from opentelemetry import propagate
 
-from otel_mcp_replay.attempt import Attempt
+from otel_mcp_replay.attempt import Attempt, next_attempt
 from otel_mcp_replay.call import Route, ToolCall, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
-from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Outcome, Permission, Target, permit, target_of
+from otel_mcp_replay.law import (
+    BUDGET,
+    NOT_PERMITTED,
+    Decision,
+    Declined,
+    Outcome,
+    Permission,
+    Target,
+    permit,
+    target_of,
+)
 from otel_mcp_replay.patches.carrier import Carriage
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
 from otel_mcp_replay.patches.wire import (
     AFTER_A_CUT,
+    Exchange,
     HttpLibrary,
     followed,
-    http_version,
     outcome_of,
     synthetic_error,
     tool_exchange,
@@ -88,6 +98,10 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
         await anyio.sleep(decision.ms / 1000)
 
 
+def _not_permitted() -> Decision:
+    return NOT_PERMITTED
+
+
 def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
     endpoint_budget = rt.budgets.for_endpoint(origin)
@@ -102,7 +116,8 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     attempts, then what the SDK is handed."""
     rt = seam.rt
     # What the law says of a repeat after a cut: read by the answer watch (wire.py).
-    AFTER_A_CUT[call] = NOT_PERMITTED if rt.fail_closed else permit(req.declaration, req.target, "network")
+    after_a_cut = functools.partial(permit, req.declaration, req.target, "network")
+    AFTER_A_CUT[call] = _not_permitted if rt.fail_closed else after_a_cut
     if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
@@ -165,16 +180,17 @@ async def _attempts(
     error: BaseException | None = None
     policy: ReplayPolicy | None = None
     while True:
-        attempt = call.opened(permission)
+        attempt = next_attempt(call, permission)
         if response is not None:
             await response.aclose()  # a response that will not be delivered
-        final, response, error = await _attempt(seam.http, attempt, req)
+        final, response, error, version = await _attempt(seam.http, attempt, req)
         rt.budgets.charge(origin, final)
-        if policy is None and final.failure is not None:
-            policy = _policy(rt, req.declaration, req.target, origin)
-        decision, policy = (None, None) if policy is None else policy.after(final, rt.rng)
-        # A no-op for a redirect the client follows.
-        attempt.exchanged(final, error, None if response is None else http_version(response))
+        decision: Wait | Declined | None = None  # an answer decides nothing
+        if final.failure is not None:
+            if policy is None:
+                policy = _policy(rt, req.declaration, req.target, origin)
+            decision, policy = policy.after(final, rt.rng)
+        attempt.exchanged(final, error, version)  # a no-op for a redirect the client follows
         if not isinstance(decision, Wait):
             attempt.decided(0, None if decision is None else decision.reason)
             return final, response, error
@@ -240,9 +256,7 @@ async def _handed(
     return response
 
 
-async def _attempt(
-    http: HttpLibrary, attempt: Attempt, req: SeamRequest
-) -> tuple[Outcome, Any, BaseException | None]:
+async def _attempt(http: HttpLibrary, attempt: Attempt, req: SeamRequest) -> Exchange:
     """Send one attempt, under its span, the HTTP client span of its POST: its trace context goes in
     the POST's headers, and the HTTP client instrumentation makes no second span for it (OpenTelemetry's
     suppress-HTTP key, as the botocore instrumentation sets it under its client span)."""
@@ -250,19 +264,17 @@ async def _attempt(
     watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
     async with attempt as context:  # a caller that gives up mid-exchange leaves it abandoned
         propagate.inject(request.headers, context=context)
-        outcome, response, error = await tool_exchange(
-            http, req.exchange_once, request, attempt, req.declaration, watch_body=watch_body
-        )
-    if 300 <= outcome.status < 400 and followed(response, request):
+        got = await tool_exchange(http, req.exchange_once, request, attempt, req.declaration, watch_body)
+    outcome = got.outcome
+    if 300 <= outcome.status < 400 and followed(got.response, request):
         attempt.redirected(outcome.status)
-        return outcome, response, error
+        return got
     if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
         # A POST cut after the server took it: its answer may come on the stream all the same.
         answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
-        if answer is not None:  # it is the answer, whichever was told first
-            outcome = outcome.after_stream(answer)
-            response, error = http.module.Response(202, request=request), None
-    return outcome, response, error
+        if answer is not None:  # it is the answer, whichever was told first (the POST got none)
+            return Exchange(outcome.after_stream(answer), http.module.Response(202, request=request), None)
+    return got
 
 
 def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -95,31 +95,40 @@ def followed(response: Any, request: Any) -> bool:
     return next_request is not None and next_request.method == request.method
 
 
+class Exchange(NamedTuple):
+    """What one attempt's exchange came to."""
+
+    outcome: Outcome
+    response: Any  # the response it got (None: none)
+    error: BaseException | None  # the error it raised
+    version: str | None = None  # its response's network.protocol.version (None: no response came)
+
+
 async def tool_exchange(
     http: HttpLibrary,
     exchange_once: Callable[[], Awaitable[Any]],
     request: Any,
     attempt: Attempt,
     declaration: Declaration,
-    *,
-    watch_body: bool,
-) -> tuple[Outcome, Any, BaseException | None]:
-    """One attempt: what it came to, the response it got (None: none), and the error it raised."""
-    exchanging = _EXCHANGING.set((attempt, request))
+    watch_body: bool,  # a 2xx's answer is watched for here (else on the legacy SSE stream)
+) -> Exchange:
+    """One attempt's exchange, told."""
+    exchanging = _EXCHANGING.set(_Door(attempt, request))
     try:
         response = await exchange_once()
     except Exception as exc:
         # Never sent: raised before the request reached the connection (its auth flow, an event hook,
         # building it: `reached_connection` never saw it), or the connection was never made.
         sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
-        return classify(0, None, sent=sent), None, exc
+        return Exchange(classify(0, None, sent=sent), None, exc)
     finally:
         _EXCHANGING.reset(exchanging)
+    version = http_version(response)
     try:
         outcome, reply = await outcome_of(http, declaration, response, attempt if watch_body else None)
     except http.module.TransportError as exc:  # the body was cut: as good as no response
         await response.aclose()
-        return classify(int(response.status_code), "cut"), response, exc
+        return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
     if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
         # A whole JSON body without this id's answer: mcp 2.x would route it elsewhere and leave the
         # call waiting for its caller's timeout, where 1.x ends it at once (ToolCall.handled); the
@@ -127,12 +136,22 @@ async def tool_exchange(
         # which the call seam turns into UnknownEffectError.
         await response.aclose()
         response = synthetic_error(http, request, attempt.call.request_id, "no answer to the request")
-    return outcome, response, None
+    return Exchange(outcome, response, None, version)
 
 
-# The attempt whose request is being exchanged in this context, and that request, for
-# `reached_connection` (the SDK's call to the client's send runs in this very task).
-_EXCHANGING: contextvars.ContextVar[tuple[Attempt, Any] | None] = contextvars.ContextVar(
+class _Door:
+    """An attempt's request on its way through the door, `reached_connection`, and the status of
+    the latest response to it there (0: none yet)."""
+
+    __slots__ = ("attempt", "last_status", "request")
+
+    def __init__(self, attempt: Attempt, request: Any) -> None:
+        self.attempt, self.request, self.last_status = attempt, request, 0
+
+
+# The attempt whose request is being exchanged in this context, for `reached_connection` (the SDK's
+# call to the client's send runs in this very task).
+_EXCHANGING: contextvars.ContextVar[_Door | None] = contextvars.ContextVar(
     "otel_mcp_replay_exchanging", default=None
 )
 
@@ -144,23 +163,22 @@ def reached_connection(
     auth flow and the event hooks, once per request that goes out (a redirect's hop, an auth flow's
     re-send). An attempt's request that passes here reached the connection, or tried to: a connection
     never made is told by its error (`HttpLibrary.not_sent`). Any other request passes straight on."""
-    exchanging = _EXCHANGING.get()
-    if exchanging is None:
+    door = _EXCHANGING.get()
+    if door is None:
         return wrapped(*args, **kwargs)
-    attempt, request = exchanging
     going = args[0] if args else kwargs.get("request")
-    if going is not request and not _same_message(going, request):
+    if going is not door.request and not _same_message(going, door.request):
         return wrapped(*args, **kwargs)  # e.g. an OAuth flow's own request to its token endpoint
-    return _hop(attempt, wrapped, args, kwargs)
+    return _hop(door, wrapped, args, kwargs)
 
 
 async def _hop(
-    attempt: Attempt, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+    door: _Door, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """One hop of `attempt`'s request to the connection: counted, its status kept."""
-    attempt.reaching_connection()
+    """One hop of the attempt's request to the connection: told to it, its status kept for the next."""
+    door.attempt.reaching_connection(door.last_status)
     response = await wrapped(*args, **kwargs)
-    attempt.hop_answered(int(response.status_code))
+    door.last_status = int(response.status_code)
     return response
 
 
@@ -195,7 +213,8 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
             if answer_id == request_id:
                 attempt.answered(kind)
 
-        after_a_cut = AFTER_A_CUT.get(attempt.call, NOT_PERMITTED)
+        law_after_a_cut = AFTER_A_CUT.get(attempt.call)
+        after_a_cut = NOT_PERMITTED if law_after_a_cut is None else law_after_a_cut()
         # Why a cut of this stream is not repeated, if it is not: the law's word.
         declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
@@ -211,9 +230,10 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
     return "other"
 
 
-# Per call, what the law says of a repeat after a `network` failure. Where it permits one, the
-# call's event streams are read here until the answer (_until_answer), so a cut can be repeated.
-AFTER_A_CUT: weakref.WeakKeyDictionary[AttemptsCall, Decision] = weakref.WeakKeyDictionary()
+# Per call, what the law says of a repeat after a `network` failure, asked only of a call whose 2xx is
+# an event stream. Where it permits one, the call's event streams are read here until the answer
+# (_until_answer), so a cut can be repeated.
+AFTER_A_CUT: weakref.WeakKeyDictionary[AttemptsCall, Callable[[], Decision]] = weakref.WeakKeyDictionary()
 
 
 async def _until_answer(http: HttpLibrary, response: Any, watch: AnswerWatch, attempt: Attempt) -> Reply:
