@@ -1,6 +1,7 @@
 """The package stays a house a maintainer can live in: no module of src/otel_mcp_replay over 450
 lines, no function over 60, and no circle in its import graph (an import under TYPE_CHECKING, or
-inside a function, is an edge all the same: the modules still need each other)."""
+inside a function, is an edge all the same: the modules still need each other); and no test imports
+conftest or another test (what tests share lives in tests/support)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,40 @@ def test_a_circle_is_found() -> None:
     # The finder itself can fail: a circle of two, and one of three beside a module outside it.
     graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
     assert _circles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+TESTS = ROOT / "tests"
+
+
+def _test_imports_of_tests(source: str) -> list[str]:
+    """What a test file imports of conftest or of another test module (tests/support is for that)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        for name in names:
+            parts = name.split(".")
+            a_test = "conftest" in parts or any(part.startswith("test_") for part in parts)
+            if a_test or (parts[0] == "tests" and parts[1:2] != ["support"]):
+                found.append(name)
+    return found
+
+
+def test_no_test_imports_conftest_or_another_test() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted(TESTS.rglob("*.py"))
+        if (found := _test_imports_of_tests(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
+
+
+def test_an_import_of_a_test_is_found() -> None:
+    source = "import conftest\nfrom tests.transport.test_transport import x\nfrom tests import helpers\n"
+    assert _test_imports_of_tests(source) == ["conftest", "tests.transport.test_transport", "tests"]
+    assert _test_imports_of_tests("from tests.support.telemetry import records\nimport pytest\n") == []
