@@ -357,6 +357,7 @@ class PostRecord:
     body: bytes
     fault: str | None
     at: float = field(default_factory=time.monotonic)
+    at_epoch: float = field(default_factory=time.time)  # the wall clock's, which an HTTP-date is on
 
 
 PostRecorder = Callable[[PostRecord], None]
