@@ -40,6 +40,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import hashed_session_id
+from otel_mcp_replay.call_span import start_call_span
 from otel_mcp_replay.endpoints import span_endpoint_of
 from otel_mcp_replay.lines import http_instrumented
 from otel_mcp_replay.runtime import Instruments
@@ -102,15 +103,7 @@ def skeleton(
     ) -> Any:
         name = args[0] if args else kwargs["name"]
         started = time.perf_counter_ns()
-        span = tracer.start_span(
-            f"{t.CALL_SPAN_PREFIX} {name}",
-            kind=SpanKind.CLIENT,
-            attributes={
-                t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
-                t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL,
-                t.GEN_AI_TOOL_NAME: name,
-            },
-        )
+        span = start_call_span(tracer, name)  # the plugin's: the same one SDK call
         token = otel_context.attach(trace.set_span_in_context(span))
         rounds: list[_Round] = []
         app_token = app.set(rounds)

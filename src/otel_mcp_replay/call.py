@@ -111,7 +111,7 @@ class ToolCall:
             self.repeat_confirmed = True
         if app_call is None:
             self.started_ns = time.perf_counter_ns()
-            self.span = start_call_span(runtime, tool)
+            self.span = start_call_span(runtime.tracer, tool)
             self.context: Context = trace.set_span_in_context(self.span)
         else:  # a round of the app's call: its span, its next round number
             self.app_call = app_call

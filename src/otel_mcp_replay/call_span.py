@@ -13,7 +13,7 @@ import hmac
 import time
 from typing import Final, NamedTuple
 
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.endpoints import SpanEndpoint
@@ -50,9 +50,9 @@ def route_of(
     return Route(endpoint, spans, metric)
 
 
-def start_call_span(runtime: Runtime, tool: str) -> Span:
+def start_call_span(tracer: Tracer, tool: str) -> Span:
     """The MCP conventions' client span of one tool call (it stands in for the SDK's own)."""
-    return runtime.tracer.start_span(
+    return tracer.start_span(
         f"{t.CALL_SPAN_PREFIX} {tool}",
         kind=SpanKind.CLIENT,
         attributes={

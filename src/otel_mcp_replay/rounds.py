@@ -71,7 +71,7 @@ class AppCall:
     def next_round(self) -> tuple[int, Span, Context]:
         if self.span is None:
             self.started_ns = time.perf_counter_ns()
-            self.span = start_call_span(self.runtime, self.tool)
+            self.span = start_call_span(self.runtime.tracer, self.tool)
             self.context = trace.set_span_in_context(self.span)
         assert self.context is not None
         self.rounds += 1
