@@ -23,8 +23,6 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
-    NOT_PERMITTED,
-    Decision,
     Declined,
     Outcome,
     Permission,
@@ -98,10 +96,6 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
         await anyio.sleep(decision.ms / 1000)
 
 
-def _not_permitted() -> Decision:
-    return NOT_PERMITTED
-
-
 def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
     # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
     endpoint_budget = rt.budgets.for_endpoint(origin)
@@ -116,8 +110,8 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     attempts, then what the SDK is handed."""
     rt = seam.rt
     # What the law says of a repeat after a cut: read by the answer watch (wire.py).
-    after_a_cut = functools.partial(permit, req.declaration, req.target, "network")
-    AFTER_A_CUT[call] = _not_permitted if rt.fail_closed else after_a_cut
+    if not rt.fail_closed:  # failing closed, none is asked: the wire's word is then NOT_PERMITTED
+        AFTER_A_CUT[call] = functools.partial(permit, req.declaration, req.target, "network")
     if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
