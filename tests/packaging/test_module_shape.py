@@ -131,19 +131,17 @@ TESTS = ROOT / "tests"
 def _test_imports_of_tests(source: str) -> list[str]:
     """What a test file imports of conftest or of another test module (tests/support is for that)."""
     found: list[str] = []
+    names: list[str] = []
     for node in ast.walk(ast.parse(source)):
-        names = (
-            [alias.name for alias in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom)
-            else []
-        )
-        for name in names:
-            parts = name.split(".")
-            a_test = "conftest" in parts or any(part.startswith("test_") for part in parts)
-            if a_test or (parts[0] == "tests" and parts[1:2] != ["support"]):
-                found.append(name)
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    for name in names:
+        parts = name.split(".")
+        a_test = "conftest" in parts or any(part.startswith("test_") for part in parts)
+        if a_test or (parts[0] == "tests" and parts[1:2] != ["support"]):
+            found.append(name)
     return found
 
 
