@@ -402,6 +402,7 @@ def running_server(
     stateless: bool = False,
     port: int = 0,
     startup_timeout: float = 5.0,
+    middleware: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> ServerHandle:
     """Serve the demo server (or `server`) on 127.0.0.1:`port` (0: ephemeral), started on return.
 
@@ -418,7 +419,9 @@ def running_server(
     mcp_server = server if server is not None else build_server(counters)
     inner, path = build_app(mcp_server, app_kind, stateless=stateless)
     registry = ConnectionRegistry()
-    app = FaultInjector(inner, plan, counters.record_post, registry)
+    app: ASGIApp = FaultInjector(inner, plan, counters.record_post, registry)
+    if middleware is not None:
+        app = middleware(app)
 
     # IPPROTO_TCP, not 0: asyncio turns TCP_NODELAY on only for sockets it knows are TCP, and without
     # it every kept-alive request waits ~40 ms for a delayed ACK.

@@ -1,17 +1,16 @@
-"""The answer watcher: whether the JSON-RPC answer to a request id was seen on the wire.
+"""What a response says of the JSON-RPC answer to a request id, read as the SDK reads it.
 
-An HTTP status is not the call's answer: a 200 event stream can end without it. So the bytes of
-each event stream the SDK reads pass through `AnswerWatch` on their way, untouched, and the answer
-to a watched id is noted the moment its event is complete, before the SDK parses it. Nothing here
-changes a byte, and a watch that cannot parse a stream only stops noting answers. No size turns the
-watch off: an event of any size the SDK reads is read (the SDK's own cap, or none, bounds both), and
-the JSON is parsed by the parser the SDK itself uses (pydantic's), whose cost per byte is small.
+An HTTP status is not the call's answer: a 200 event stream can end without it. The answer is read
+from the body as the HTTP client decoded it (any Content-Encoding it decodes), and on an event
+stream from the events as the SDK's own reader parses them (`EventWatch`): the plugin parses no
+event stream by hand. Nothing here changes a byte, and no size turns the reading off: an event of
+any size the SDK reads is read, and a message's JSON is parsed whole by the parser the SDK itself
+uses (pydantic's), whose cost per byte is small, and read as the SDK's models read it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -25,7 +24,7 @@ except ImportError:  # pragma: no cover - mcp requires pydantic; the stdlib read
 
 # Called with the request id as the server sent it and what it carried.
 OnAnswer = Callable[[object, Answer], None]
-# Called with the data of a legacy-SSE stream's first event: the message endpoint it announces.
+# Called with the data of a legacy-SSE stream's `endpoint` event: the message endpoint it announces.
 OnEndpoint = Callable[[str], None]
 # Called once when the stream ends: None on a clean end, the exception on a cut.
 OnEnd = Callable[[BaseException | None], None]
@@ -73,17 +72,10 @@ def _stdlib_message(payload: bytes | bytearray | str) -> object:
     return message
 
 
-# The head of an answer as every mcp server writes one (pydantic's key order, no whitespace): its
-# id (an integer, or a string without escapes) and whether a result or an error follows.
-_ANSWER_HEAD = re.compile(
-    rb'\{"jsonrpc":"2\.0","id":(?:(-?(?:0|[1-9][0-9]{0,17}))|"([^"\\\x00-\x1f]{0,256})"),"(result|error)":'
-)
-
-
 def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
-    """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else. An answer in
-    the servers' own form is read from its head, whatever its size (what follows is the result,
-    which the law never reads); any other form is parsed whole."""
+    """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else: what the
+    SDK reads as a response, from the whole text (a response begun and then garbled, or two
+    messages in one, the SDK refuses: so does this)."""
     found = _message_of(payload)
     return None if found is ASKS else found  # type: ignore[return-value]
 
@@ -92,251 +84,106 @@ ASKS: Final = True  # _message_of: a request of the server's (it asks the client
 
 
 def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
-    """answer_of, or ASKS for a request the server sends the client (a method and an id)."""
-    if not isinstance(payload, str) and payload[-1:] == b"}":
-        found = _head_answer(payload)
-        if found is not None:
-            return found
+    """answer_of, or ASKS for a request the server sends the client. A message is read as the SDK's
+    models (mcp_types' JSONRPCResponse, JSONRPCError, JSONRPCRequest; 1.x's alike) take one: the
+    envelope `"jsonrpc": "2.0"`; an id that is an integer (never a bool or a float) or a string,
+    which only an error may leave null; a result that is an object; an error that is an object with
+    an integer code and a string message; a request's string method. Its JSON is parsed whole by
+    pydantic's parser, which is the SDK's, at a small cost per byte (the SDK's own validation of the
+    same message costs twenty times more)."""
     message = json_message(payload)
-    if type(message) is not dict or "id" not in message:
+    if type(message) is not dict or message.get("jsonrpc") != "2.0" or "id" not in message:
+        return None
+    request_id = message["id"]
+    id_type = type(request_id)
+    if id_type is not int and id_type is not str and request_id is not None:
         return None
     if "result" in message:
-        return message["id"], "result"
-    if "error" in message:
-        return message["id"], "error"
-    return ASKS if "method" in message else None
-
-
-def _head_answer(payload: bytes | bytearray) -> tuple[object, Answer] | None:
-    """The (id, kind) an answer in the servers' own form opens with (None: not that form)."""
-    head = _ANSWER_HEAD.match(payload)
-    if head is None:
+        return (request_id, "result") if type(message["result"]) is dict and request_id is not None else None
+    error = message.get("error")
+    if error is not None:
+        if type(error) is dict and type(error.get("code")) is int and type(error.get("message")) is str:
+            return request_id, "error"
         return None
-    number, text, kind = head.groups()
-    answer: Answer = "result" if kind == b"result" else "error"
-    if number is not None:
-        return int(number), answer
-    try:
-        return text.decode("utf-8"), answer
-    except UnicodeDecodeError:
-        return None
+    if type(message.get("method")) is str and request_id is not None:
+        return ASKS
+    return None
 
 
-# A line held across chunks up to this size is joined when it ends; a longer one is kept as the
-# chunks' own slices (no copy): an answer's head is read off its first, whatever its size.
-_SHORT_LINE = 64 * 1024
-_HEAD = 512  # more than any answer head _ANSWER_HEAD matches
-Pieces = list[memoryview]  # a long data line, as slices of the chunks it came in
+class EventWatch:
+    """One response's event stream, told event by event as the SDK's own reader yields it (the
+    HTTP library's `EventSource`, over the body as the client decoded it: patches/wire.py's
+    `events_read`): the answers it carries, whether it asked the client something, the message
+    endpoint it announces, and its end. It reads what the SDK reads, and nothing else: an event
+    the SDK's reader refuses (its size cap) is never seen here either.
 
-
-def _first(pieces: Pieces, n: int) -> bytes:
-    """The first `n` bytes of `pieces` (fewer when they hold fewer)."""
-    out = bytearray()
-    for piece in pieces:
-        out += piece[: n - len(out)]
-        if len(out) >= n:
-            break
-    return bytes(out)
-
-
-def _long_message(pieces: Pieces) -> tuple[object, Answer] | bool | None:
-    """_message_of a long data line: read from its head when it is an answer in the servers' own
-    form (its last byte closes it), else joined and parsed whole."""
-    if pieces and bytes(pieces[-1][-1:]) == b"}":
-        found = _head_answer(_first(pieces, _HEAD))
-        if found is not None:
-            return found
-    return _message_of(b"".join(pieces))
-
-
-def _joined(data: list[bytes | Pieces]) -> bytes:
-    return b"\n".join(b"".join(line) if type(line) is list else line for line in data)  # type: ignore[misc]
-
-
-class SseAnswers:
-    """Incremental server-sent-events reader that reports JSON-RPC responses as they complete.
-
-    Linear in the bytes fed, however they are cut: each byte is searched once (by bytes.find, from a
-    position that only moves forward) and copied at most once (a line past _SHORT_LINE: never; it is
-    held as slices of its chunks, and an answer is read from its head). Lines end at CRLF, LF or CR (a CR at
-    the end of a chunk ends its line at once; an LF opening the next chunk is then its pair). An
-    event of any size is parsed: what is held is the event being read, as the SDK holds it.
+    As the SDK's transports read an event: a `message` event (the default) with empty data is a
+    priming event or a keep-alive, and says nothing; its data is one JSON-RPC message. Only an
+    `endpoint` event announces a message endpoint (the legacy SSE transport's first).
     """
 
-    __slots__ = (
-        "_after_cr",
-        "_data",
-        "_on_answer",
-        "_on_endpoint",
-        "_partial",
-        "_partial_len",
-        "asked",
-    )
+    __slots__ = ("_on_answer", "_on_end", "_on_endpoint", "asked")
 
-    def __init__(self, on_answer: OnAnswer, on_endpoint: OnEndpoint | None = None) -> None:
-        self._on_answer = on_answer
+    def __init__(
+        self, on_answer: OnAnswer, on_end: OnEnd | None = None, on_endpoint: OnEndpoint | None = None
+    ) -> None:
+        self._on_answer, self._on_end, self._on_endpoint = on_answer, on_end, on_endpoint
         self.asked = False  # an event of the stream asked the client something (a server request)
-        # The legacy SSE transport's first event announces where to POST (`event: endpoint`, its
-        # data a URL, never JSON): the first event's data goes here, once, unless it is JSON.
-        self._on_endpoint = on_endpoint
-        self._partial: Pieces = []  # the start of a line whose end has not come yet
-        self._partial_len = 0
-        # The data lines of the event being read (a long one as the slices it came in).
-        self._data: list[bytes | Pieces] = []
-        self._after_cr = False  # the last byte fed was a CR: an LF next is its pair, not a line
 
-    def feed(self, chunk: bytes) -> None:
-        end = len(chunk)
-        if not end:
-            return
-        pos = 1 if self._after_cr and chunk[0] == 0x0A else 0
-        self._after_cr = chunk[end - 1] == 0x0D  # a CR ends its line here, whatever follows
-        if self._partial:
-            pos = self._finish_line(chunk, pos, end)
-        lf = chunk.find(b"\n", pos)
-        cr = chunk.find(b"\r", pos)
-        while pos < end:
-            if not self._data:
-                # Between events only a data line changes anything: skip to the next one, so blank
-                # lines, comments and other fields between events pass at the speed of find.
-                found = _next_data_line(chunk, pos)
-                if found < 0:
-                    self._keep(chunk, _after_last_line(chunk, pos), end)
-                    return
-                pos = found
-                if -1 < lf < pos:
-                    lf = chunk.find(b"\n", pos)
-                if -1 < cr < pos:
-                    cr = chunk.find(b"\r", pos)
-            if cr < 0 or -1 < lf < cr:
-                if lf < 0:
-                    self._keep(chunk, pos, end)
-                    return
-                cut = lf
-                next_pos = lf + 1
-                lf = chunk.find(b"\n", next_pos)
-            else:
-                cut = cr
-                next_pos = cr + 2 if cr + 1 < end and chunk[cr + 1] == 0x0A else cr + 1
-                cr = chunk.find(b"\r", next_pos)
-                if -1 < lf < next_pos:
-                    lf = chunk.find(b"\n", next_pos)
-            if pos == cut or chunk.startswith(b"data:", pos, cut):
-                self._line(chunk[pos:cut])
-            # (any other line, a comment or another field, notes nothing)
-            pos = next_pos
-
-    def _finish_line(self, chunk: bytes, pos: int, end: int) -> int:
-        """End the line an earlier chunk began, if this chunk ends it; where the next line starts."""
-        lf = chunk.find(b"\n", pos)
-        cr = chunk.find(b"\r", pos)
-        cut = lf if cr < 0 or -1 < lf < cr else cr
-        if cut < 0:
-            self._keep(chunk, pos, end)
-            return end
-        pieces, self._partial = self._partial, []
-        if pos < cut:
-            pieces.append(memoryview(chunk)[pos:cut])
-        if self._partial_len + cut - pos <= _SHORT_LINE:
-            self._line(b"".join(pieces))
-        else:
-            self._long_line(pieces)
-        self._partial_len = 0
-        return cut + 2 if cut == cr and cut + 1 < end and chunk[cut + 1] == 0x0A else cut + 1
-
-    def end(self) -> None:
-        """The stream ended. A CR it ended on has ended its line already; a line with no end is
-        dropped, as the event it belongs to is."""
-        self._after_cr = False
-
-    def _keep(self, chunk: bytes, start: int, end: int) -> None:
-        """Hold the start of a line whose end is in a later chunk."""
-        if start < end:
-            self._partial.append(memoryview(chunk)[start:end])  # the chunk's bytes, not a copy
-            self._partial_len += end - start
-
-    def _long_line(self, pieces: Pieces) -> None:
-        """A line past _SHORT_LINE: a data line is kept as its slices, its field name dropped."""
-        head = _first(pieces, 6)
-        if not head.startswith(b"data:"):
-            return  # any other field, or a comment: notes nothing
-        skip = 6 if head[5:6] == b" " else 5
-        while skip:
-            first = pieces[0]
-            if len(first) > skip:
-                pieces[0] = first[skip:]
-                break
-            skip -= len(first)
-            del pieces[0]
-        self._data.append(pieces)
-
-    def _line(self, line: bytes) -> None:
-        if not line:  # a blank line dispatches the event
-            data, self._data = self._data, []
+    def event(self, event: Any) -> None:
+        """One event (a `ServerSentEvent` of the line's reader), before the SDK reads it."""
+        name, data = event.event, event.data
+        if name == "message":
             if data:
-                on_endpoint, self._on_endpoint = self._on_endpoint, None
-                payload = data[0] if len(data) == 1 and on_endpoint is None else _joined(data)
-                if on_endpoint is not None and not payload.lstrip().startswith(b"{"):  # type: ignore[union-attr]
-                    on_endpoint(payload.decode("utf-8", "replace"))  # type: ignore[union-attr]
-                    return
-                found = _long_message(payload) if type(payload) is list else _message_of(payload)  # type: ignore[arg-type]
+                found = _message_of(data)
                 if found is ASKS:
                     self.asked = True
                 elif found is not None:
                     self._on_answer(*found)  # type: ignore[misc]
-            return
-        if line.startswith(b"data:"):
-            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif name == "endpoint" and self._on_endpoint is not None:
+            self._on_endpoint(data)
 
-
-def _next_data_line(chunk: bytes, pos: int) -> int:
-    """Where the first line at or after `pos` (a line's start) that opens with `data:` starts, or -1."""
-    found = chunk.find(b"data:", pos)
-    while found > pos and chunk[found - 1] not in (0x0A, 0x0D):
-        found = chunk.find(b"data:", found + 1)
-    return found
-
-
-def _after_last_line(chunk: bytes, pos: int) -> int:
-    """Where the bytes after the last line end at or after `pos` (a line's start) start."""
-    return max(chunk.rfind(b"\n", pos), chunk.rfind(b"\r", pos), pos - 1) + 1
-
-
-class AnswerWatch:
-    """The response's own byte stream, passed through, with its answers and its end reported. The
-    HTTP seam makes it a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
-
-    def __init__(
-        self, inner: Any, on_answer: OnAnswer, on_end: OnEnd, on_endpoint: OnEndpoint | None = None
-    ) -> None:
-        self._inner = inner
-        self._events = SseAnswers(on_answer, on_endpoint)
-        self._on_end: OnEnd | None = on_end
+    async def read(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`events`, the SDK's reader's, passed on one by one, each told first; then its end: None
+        when it ended or its reader stopped reading, else what it raised (a cut, a cancel)."""
+        try:
+            async for event in events:
+                self.event(event)
+                yield event
+        except GeneratorExit:  # the SDK stopped reading (it had what it read for)
+            self._end(None)
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._end(None)
 
     def _end(self, error: BaseException | None) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             on_end(error)
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                self._events.feed(chunk)
-                yield chunk
-        except BaseException as exc:
-            self._end(exc)
-            raise
-        self._events.end()
-        self._end(None)
 
-    @property
-    def asked(self) -> bool:
-        """An event read so far asked the client something (a request of the server's)."""
-        return self._events.asked
+class Tee:
+    """The chunks of a stream's iteration `rest` as it is read, each kept in `read` on the way: the
+    body of a stand-in response whose events the plugin reads ahead of the SDK (patches/wire.py).
+    Closing it closes nothing: the stream is the SDK's, read on by `Replay`. The HTTP seam makes it
+    a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
+
+    def __init__(self, read: list[bytes], rest: AsyncIterator[bytes]) -> None:
+        self._read, self._rest = read, rest
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                chunk = await self._rest.__anext__()
+            except StopAsyncIteration:
+                return
+            self._read.append(chunk)
+            yield chunk
 
     async def aclose(self) -> None:
-        self._end(None)
-        await self._inner.aclose()
+        return None
 
 
 class Replay:

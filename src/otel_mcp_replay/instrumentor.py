@@ -59,6 +59,8 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
         (LINE.http, "AsyncClient.build_request", http_send.built),
+        # The SDK's event-stream reader: the answers are read from the events it yields.
+        (LINE.event_reader[0], LINE.event_reader[1], functools.partial(wire.events_read, http)),
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -37,6 +38,32 @@ class Line:
     # The contrib instrumentor of that HTTP client (opentelemetry-instrumentation-httpx): the one
     # whose span an attempt's span stands in for.
     http_instrumentor: str = "HTTPX2ClientInstrumentor"
+    # The SDK's reader of an event stream, whose iteration yields each event as the SDK reads it
+    # (the body as the client decoded it, parsed): httpx2's `EventSource` on 2.x, httpx-sse's on
+    # 1.x; (module, the method the plugin's seam wraps).
+    event_reader: tuple[str, str] = ("httpx2", "EventSource.__aiter__")
+    # 2.x takes the first JSON-RPC response on a request's own stream for that request's answer,
+    # whatever id it carries (its transport writes the request's id into it); 1.x routes it by its id.
+    stream_answers_its_request: bool = True
+
+    def events(self, response: Any) -> AsyncGenerator[Any, None]:
+        """The events of `response`'s stream as the SDK's reader parses them (its own class, over
+        the body as the client decodes it), with no size cap: a reading ahead of the SDK's."""
+        module = importlib.import_module(self.event_reader[0])
+        if self.major < 2:
+            events: AsyncGenerator[Any, None] = module.EventSource(response).aiter_sse()
+            return events
+        try:
+            source = module.EventSource(response, max_event_size=None)
+        except TypeError:  # an httpx2 before its reader had a cap
+            source = module.EventSource(response)
+        return source.__aiter__()  # type: ignore[no-any-return]
+
+    def event_refused(self) -> type[Exception]:
+        """The error the SDK's reader raises for a stream it will not read (not an event stream, an
+        event over its cap): a TransportError subclass, but no cut."""
+        found: type[Exception] = importlib.import_module(self.event_reader[0]).SSEError
+        return found
 
     def error_base(self) -> type[Exception]:
         """The installed line's own error class: the plugin's errors subclass it."""
@@ -87,6 +114,8 @@ def installed() -> Line:
         resolves_lost_answers=False,
         request_timeout=408,
         http_instrumentor="HTTPXClientInstrumentor",
+        event_reader=("httpx_sse", "EventSource.aiter_sse"),
+        stream_answers_its_request=False,
     )
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import anyio
 import pytest
 from tests.support.growth import assert_linear
+from tests.support.streams import answers_watched, event_stream
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.answers import SseAnswers
 from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.endpoints import NO_SERVERS, origin_of, servers_of
 
@@ -29,7 +30,8 @@ ANSWER = b"event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "id": 7, "res
 
 
 def sse_case(stream_of: Callable[[int], bytes], chunk: int | None) -> Callable[[int], Callable[[], object]]:
-    """Feed `stream_of(n)` in chunks of `chunk` bytes (None: all at once); the answer it ends with
+    """`stream_of(n)` in chunks of `chunk` bytes (None: all at once), read as the plugin reads every
+    event stream (the SDK's own reader, each event told to its watch); the answer it ends with
     (id 7) must be seen, once."""
 
     def case(n: int) -> Callable[[], object]:
@@ -38,12 +40,7 @@ def sse_case(stream_of: Callable[[int], bytes], chunk: int | None) -> Callable[[
         chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
 
         def run() -> None:
-            seen: list[object] = []
-            reader = SseAnswers(lambda request_id, kind: seen.append(request_id))
-            for part in chunks:
-                reader.feed(part)
-            reader.end()
-            assert seen == [7]
+            assert anyio.run(answers_watched, event_stream(chunks)) == [(7, "result")]
 
         return run
 

@@ -65,6 +65,11 @@ SEAMS = [
     (http.__name__, "AsyncClient.build_request"),
     ("mcp.client.session", "ClientSession.call_tool"),
     ("mcp.client.stdio", "stdio_client"),
+    # the SDK's event-stream reader: the answers are read from the events it yields, as it yields them
+    (
+        http.__name__ if LINE == 2 else "httpx_sse",
+        "EventSource.__aiter__" if LINE == 2 else "EventSource.aiter_sse",
+    ),
 ]
 if LINE == 2:
     SEAMS += [

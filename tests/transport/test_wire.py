@@ -1,21 +1,24 @@
 """What the plugin reads off the wire: request headers, JSON-RPC bodies, answers in event streams.
 
-Read as the mcp SDK reads them (UTF-8 JSON, server-sent events with any line ending), never
-raising on odd bytes: what cannot be read is "no answer seen", which the law treats as unknown.
+Read as the mcp SDK reads them (UTF-8 JSON; server-sent events as the SDK's own reader yields them,
+over the body as the client decoded it), never raising on odd bytes: what cannot be read is "no
+answer seen", which the law treats as unknown.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from tests.support.streams import answers_watched, event_stream
 
-from otel_mcp_replay.answers import AnswerWatch, SseAnswers, answer_of, json_message
+from harness.client import types
+from harness.sdk import LINE as SDK_LINE
+from otel_mcp_replay.answers import EventWatch, answer_of, json_message
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.http_send import _accept_and_content_type
 
 RESULT = {"jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}
@@ -104,145 +107,95 @@ def test_answers_are_told_by_id_and_kind() -> None:
     assert answer_of(b"[1, 2]") is None
 
 
-# -- event streams --
+# -- event streams: read by the SDK's own reader, each event told to the watch --
 
 
+def read(*chunks: bytes, encoding: str | None = None) -> list[tuple[object, str]]:
+    return anyio.run(answers_watched, event_stream(chunks, encoding))
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip", "deflate"])
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
-def test_an_answer_is_seen_in_an_event_stream_split_anywhere(newline: bytes) -> None:
+def test_an_answer_is_seen_in_an_event_stream_split_anywhere(newline: bytes, encoding: str | None) -> None:
     data = json.dumps(RESULT).encode()
     stream = newline.join([b"event: message", b"data: " + data, b"", b""])
-    for cut in range(1, len(stream)):
-        seen: list[tuple[object, str]] = []
-        reader = SseAnswers(lambda request_id, kind, seen=seen: seen.append((request_id, kind)))
-        reader.feed(stream[:cut])
-        reader.feed(stream[cut:])
-        reader.end()  # a stream that ends on CR: no LF can follow it now
-        assert seen == [(7, "result")], cut
+    for cut in range(1, len(stream), 7 if encoding else 1):
+        assert read(stream[:cut], stream[cut:], encoding=encoding) == [(7, "result")], cut
 
 
 def test_an_event_whose_data_spans_lines_is_joined_before_it_is_read() -> None:
-    seen: list[tuple[object, str]] = []
-    reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
-    reader.feed(b'data: {"jsonrpc": "2.0",\ndata: "id": 3, "result": {}}\n\n')
-    assert seen == [(3, "result")]
+    assert read(b'data: {"jsonrpc": "2.0",\ndata: "id": 3, "result": {}}\n\n') == [(3, "result")]
 
 
-def answers_by_the_spec(stream: bytes) -> list[tuple[object, str]]:
-    """What a reader of the whole stream at once notes: lines end at CRLF, LF or CR; a blank line
-    dispatches the event's data lines (one space after `data:` dropped); a last line with no end
-    is not a line."""
-    lines = re.split(rb"\r\n|\r|\n", stream)[:-1]
-    seen: list[tuple[object, str]] = []
-    data: list[bytes] = []
-    for line in lines:
-        if not line:
-            found = answer_of(b"\n".join(data)) if data else None
-            if found is not None:
-                seen.append(found)
-            data = []
-        elif line.startswith(b"data:"):
-            data.append(line[6:] if line[5:6] == b" " else line[5:])
-    return seen
+def test_a_priming_event_and_other_events_say_nothing_and_only_endpoint_announces() -> None:
+    """SEP-1699's priming event (an id, a retry, an empty `data:`), a keep-alive, an event of
+    another name: none is an answer or an endpoint. Only `event: endpoint` announces one."""
+    stream = b"id: 0\nretry: 3000\ndata:\n\n: ping\n\nevent: other\ndata: /x\n\n"
+    stream += b"event: endpoint\ndata: /m?s=1\n\n"
+    endpoints: list[str] = []
+    watch = EventWatch(lambda request_id, kind: endpoints.append("answer"), on_endpoint=endpoints.append)
 
+    async def run() -> None:
+        async for _ in watch.read(LINE.events(event_stream([stream]))):
+            pass
 
-PIECES = [
-    b"\n",
-    b"\r",
-    b"\r\n",
-    b"data: ",
-    b"data:",
-    b"da",
-    b"ta: ",
-    b": comment data: x",
-    b"event: message",
-    b"id: 9",
-    b'{"jsonrpc": "2.0", "id": 1, "result": {}}',
-    b'{"jsonrpc": "2.0", ',
-    b'"id": "b", "error": {}}',
-    b"xdata: ",
-]
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=4)), max_size=40),
-    st.lists(st.integers(0, 400), max_size=8),
-)
-def test_an_event_stream_cut_anywhere_is_read_as_the_spec_reads_it_whole(
-    pieces: list[bytes], cuts: list[int]
-) -> None:
-    stream = b"".join(pieces)
-    seen: list[tuple[object, str]] = []
-    reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
-    start = 0
-    for cut in sorted(c for c in cuts if c < len(stream)):
-        reader.feed(stream[start:cut])
-        start = cut
-    reader.feed(stream[start:])
-    reader.end()
-    assert seen == answers_by_the_spec(stream)
+    anyio.run(run)
+    assert endpoints == ["/m?s=1"]
 
 
 def test_an_answer_of_any_size_is_read_and_the_next_one_too() -> None:
-    """No size turns the watch off (the contract: an answer of any size the SDK accepts is seen);
-    a large event is held once, as the SDK holds it, and let go when it is dispatched."""
-    seen: list[object] = []
-    reader = SseAnswers(lambda request_id, kind: seen.append((request_id, kind)))
-    for spaced in (True, False):  # the stdlib's form, and the servers' own (read from its head)
+    """No size turns the reading off where the SDK's reader has no cap (the contract: an answer of
+    any size the SDK accepts is seen), compact as the servers write it or spaced."""
+    for spaced in (True, False):
         sep = b" " if spaced else b""
-        big = b'data: {"jsonrpc":%s"2.0","id":%s1,"result":%s"' % (sep, sep, sep)
-        big += b"x" * (5 * 1024 * 1024) + b'"}\n\n'
-        small = b'data: {"jsonrpc": "2.0", "id": 2, "error": {}}\n\n'
-        for size in (len(big) + len(small), 64 * 1024, 1000):
-            seen.clear()
-            stream = big + small
-            for i in range(0, len(stream), size):
-                reader.feed(stream[i : i + size])
-            assert seen == [(1, "result"), (2, "error")], size
-            assert len(reader._partial) == 0
+        big = b'data: {"jsonrpc":%s"2.0","id":%s1,"result":%s{"t":%s"' % (sep, sep, sep, sep)
+        big += b"x" * (5 * 1024 * 1024) + b'"}}\n\n'
+        small = b'data: {"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "x"}}\n\n'
+        stream = big + small
+        for size in (len(stream), 64 * 1024):
+            chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+            assert read(*chunks) == [(1, "result"), (2, "error")], size
 
 
-def test_an_answer_read_from_its_head_is_what_the_whole_parse_reads() -> None:
-    """The servers' own form is read from its head; any other form is parsed whole. What follows the
-    head is the result, which the law never reads: a result the server began and garbled is still
-    its answer (the tool ran), so it is read as the head says, where a whole parse would refuse it."""
-    cases = [
-        b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}',
-        b'{"jsonrpc":"2.0","id":"a\xc3\xa9","error":{"code":-1,"message":"x"}}',
-        b'{"jsonrpc":"2.0","id":-0,"result":{}}',
-        b'{"jsonrpc":"2.0","id":01,"result":{}}',  # not JSON: None
-        b'{"jsonrpc":"2.0","id":"a\\"b","result":{}}',  # an escape: parsed whole
-        b'{"jsonrpc":"2.0","id":7.0,"result":{}}',
-    ]
-    for raw in cases:
-        message = json_message(raw)
-        whole = None
-        if type(message) is dict and "id" in message and ("result" in message or "error" in message):
-            whole = (message["id"], "result" if "result" in message else "error")
-        assert answer_of(raw) == whole, raw
-    assert answer_of(b'{"jsonrpc":"2.0","id":7,"result":{"content":[}') == (7, "result")
-    assert answer_of(b'{"jsonrpc":"2.0","id":7,"result":{"content":[]') is None  # no closing brace
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [
+        ('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}', (7, "result")),
+        ('{"jsonrpc":"2.0","id":"a\u00e9","error":{"code":-1,"message":"x"}}', ("a\u00e9", "error")),
+        ('{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"x"}}', (None, "error")),
+        ('{"jsonrpc":"2.0","id":7,"result":{"content":[}', None),  # begun, then garbled
+        ('{"jsonrpc":"2.0","id":7,"result":{}}\n{"jsonrpc":"2.0","method":"x"}', None),  # two in one
+        ('{"jsonrpc":"2.0","id":7,"result":5}', None),  # a result that is no object
+        ('{"id":7,"result":{}}', None),  # no envelope
+        ('{"jsonrpc":"2.0","id":7.0,"result":{}}', None),  # an id that is neither integer nor string
+        ('{"jsonrpc":"2.0","id":true,"result":{}}', None),
+        ('{"jsonrpc":"2.0","id":null,"result":{}}', None),
+        ('{"jsonrpc":"2.0","id":7,"error":{"code":"x","message":"x"}}', None),
+    ],
+)
+def test_an_answer_is_what_the_sdk_s_models_read_as_one(raw: str, read: object) -> None:
+    """The whole message is read, as the SDK's models read it: a response begun and garbled, or
+    two messages joined, is no answer to the SDK, so none here (its caller gets the SDK's parse
+    error, and the record says the answer never came)."""
+    assert answer_of(raw) == read
+    assert answer_of(raw.encode()) == read
+    if read is not None:  # what the SDK's own models make of it
+        parsed = types.jsonrpc_message_adapter.validate_json(raw) if SDK_LINE == 2 else None
+        assert parsed is None or parsed.id == read[0]
 
 
-class _Chunks(httpx2.AsyncByteStream):
-    def __init__(self, *chunks: bytes) -> None:
-        self._chunks = chunks
-
-    async def __aiter__(self):  # type: ignore[no-untyped-def]
-        for chunk in self._chunks:
-            yield chunk
-
-
-@pytest.mark.anyio
-async def test_the_watch_notes_an_answer_that_ends_the_stream_on_cr_before_it_reports_the_end() -> None:
+def test_the_watch_notes_an_answer_that_ends_the_stream_on_cr_before_it_reports_the_end() -> None:
     """A server that ends its lines with CR alone: the last blank line is known only at the end."""
     heard: list[object] = []
     data = json.dumps(RESULT).encode()
-    watch = AnswerWatch(
-        _Chunks(b"event: message\r", b"data: " + data + b"\r\r"),
-        lambda request_id, kind: heard.append((request_id, kind)),
-        lambda error: heard.append(("end", error)),
+    watch = EventWatch(
+        lambda request_id, kind: heard.append((request_id, kind)), lambda error: heard.append(("end", error))
     )
-    passed = b"".join([chunk async for chunk in watch])
-    assert passed == b"event: message\rdata: " + data + b"\r\r"  # every byte passed on, untouched
+
+    async def run() -> None:
+        chunks = [b"event: message\r", b"data: " + data + b"\r\r"]
+        async for _ in watch.read(LINE.events(event_stream(chunks))):
+            pass
+
+    anyio.run(run)
     assert heard == [(7, "result"), ("end", None)]

@@ -1,9 +1,11 @@
 """The legacy SSE transport, known where it is used: by its GET event stream, not by the function
 that opened it (which an app or a framework may have imported before instrument()).
 
-The rule: a GET event stream whose first event announces a message endpoint is an SSE connection;
-the POSTs to that endpoint are its calls, governed by the declaration of the URL the app connected
-to, and their answers are read off that stream. A stream a tool call opens (streamable HTTP
+The rule: a GET event stream whose `endpoint` event announces a message endpoint is an SSE
+connection (its events read as the SDK's reader yields them, so a priming event, an empty `data:`
+with an id, announces nothing); a GET of the streamable-HTTP transport, which carries its session
+id, is never one. The POSTs to that endpoint are its calls, governed by the declaration of the URL
+the app connected to, and their answers are read off that stream. A stream a tool call opens (streamable HTTP
 resuming the call's stream) may carry that call's answer. What this seam remembers is its own:
 `SseConnections`, made by `instrument()` and bound into the HTTP seam, and each connection's
 `SseStream`; a process that opens none costs the streamable-HTTP path one empty-dict check.
@@ -16,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
+from otel_mcp_replay.answers import EventWatch
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import Answer
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -79,8 +83,7 @@ def watch_event_stream(
     call: ToolCall | None,
 ) -> Any:
     """`response`, a GET's, with its event stream watched (see the module's rule)."""
-    event_stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
-    if not event_stream or not isinstance(response.stream, http.module.AsyncByteStream):
+    if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
         return response
     get_url = str(request.url)
     declaration = rt.servers.declaration_for(get_url)
@@ -94,11 +97,14 @@ def watch_event_stream(
             return
         connections.announced(client, post_url, stream)
 
+    # A stream the client resumed for a call: 2.x takes its first answer for the call's, whatever its id.
+    any_id = LINE.stream_answers_its_request
+
     def on_answer(request_id: object, kind: Answer) -> None:
         waiter = waiting.pop(request_id, None)
         if waiter is not None:
             waiter.answered(kind)
-        elif call is not None and call.declaration is not None and request_id == call.request_id:
+        elif call is not None and call.declaration is not None and (any_id or request_id == call.request_id):
             call.answered(kind)  # the answer on the stream the client resumed for this call
 
     def on_end(error: BaseException | None) -> None:
@@ -108,5 +114,7 @@ def watch_event_stream(
                 waiter.stream_ended(error is not None)
         connections.ended(client, stream)
 
-    response.stream = http.watch(response.stream, on_answer, on_end, on_endpoint)
+    # The streamable-HTTP transport's GETs carry its session id: no endpoint is announced on them.
+    legacy = "mcp-session-id" not in request.headers
+    http.watch(response, EventWatch(on_answer, on_end, on_endpoint if legacy else None))
     return response

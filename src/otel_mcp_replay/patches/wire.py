@@ -3,8 +3,10 @@
 The rule: what an exchange came to is read in one place (`outcome_of`: the adapter's refusal, a
 2xx's answer, a refusal's Retry-After), for a tool call's attempt and a protocol request alike;
 whether an attempt's request reached the connection is told by the one door past the client's auth
-flow and event hooks (`reached_connection`). The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x)
-alike: what differs is the `HttpLibrary` bound in with the runtime.
+flow and event hooks (`reached_connection`); what an event stream says is read from the events
+the SDK's own reader yields (`events_read`), over the body as the client decoded it, never from
+its bytes. The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x) alike: what differs is the
+`HttpLibrary` bound in with the runtime, and lines.Line.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ import contextvars
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple
 
 import anyio
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import AnswerWatch, Replay, answer_of
+from otel_mcp_replay.answers import EventWatch, Replay, Tee, answer_of
 from otel_mcp_replay.attempt import Attempt, AttemptsCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import NOT_PERMITTED, Answer, Decision, Declined, Outcome, Repeat, Reply, classify
+from otel_mcp_replay.lines import LINE
 
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 
@@ -33,27 +36,58 @@ class HttpLibrary:
     """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
 
     module: ModuleType
-    watch: type[AnswerWatch]  # AnswerWatch as that library's own async byte stream
-    replay: type[Replay]  # Replay, the same
+    replay: type[Replay]  # Replay as that library's own async byte stream
+    tee: type[Tee]  # Tee, the same
     # Never sent: the connection was not made, so the server cannot have run anything.
     not_sent: tuple[type[BaseException], ...]
 
     synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
     resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
+    # The responses whose event streams are watched, each read by its watch as the SDK's reader
+    # yields its events (`events_read`); a response is let go once its reader begins.
+    watched: weakref.WeakKeyDictionary[Any, EventWatch] = field(default_factory=weakref.WeakKeyDictionary)
 
     @classmethod
     def of(
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
     ) -> HttpLibrary:
-        watch = type("AnswerWatch", (AnswerWatch, module.AsyncByteStream), {})
         replay = type("Replay", (Replay, module.AsyncByteStream), {})
+        tee = type("Tee", (Tee, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
             module.ConnectTimeout,
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, watch, replay, not_sent, synthetic_status, resolves_lost_answers)
+        return cls(module, replay, tee, not_sent, synthetic_status, resolves_lost_answers)
+
+    def watch(self, response: Any, watch: EventWatch) -> None:
+        """Read `response`'s events, as the SDK's reader yields them, into `watch`."""
+        self.watched[response] = watch
+
+    def cut(self, error: BaseException | None) -> BaseException | None:
+        """`error`, an event stream's end, when it was a cut (the client's TransportError), else
+        None: the SDK's reader refusing the stream (its size cap) is no cut."""
+        cut = isinstance(error, self.module.TransportError) and not isinstance(error, LINE.event_refused())
+        return error if cut else None
+
+
+def events_read(
+    http: HttpLibrary,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The SDK's reader of an event stream (lines.Line.event_reader), as it begins: a watched
+    response's events are told to its watch one by one, each before the SDK reads it, from what the
+    SDK's own parser yields; any other reader passes straight on."""
+    events = wrapped(*args, **kwargs)
+    watched = http.watched
+    if not watched:
+        return events
+    watch = watched.pop(instance.response, None)
+    return events if watch is None else watch.read(events)
 
 
 async def outcome_of(
@@ -199,18 +233,14 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
     if response.status_code == 202:
         return "accepted"
     if content_type.startswith("application/json"):
-        content = await response.aread()  # a cut raises the client's TransportError
+        content = await response.aread()  # as the client decoded it; a cut raises its TransportError
         found = answer_of(content)
         return found[1] if found is not None and found[0] == attempt.call.request_id else "other"
-    if (
-        content_type.startswith("text/event-stream")
-        and response.headers.get("content-encoding", "identity").lower() in ("", "identity")
-        and isinstance(response.stream, http.module.AsyncByteStream)
-    ):
-        request_id, transport_error = attempt.call.request_id, http.module.TransportError
+    if content_type.startswith("text/event-stream"):
+        request_id = attempt.call.request_id
 
         def on_answer(answer_id: object, kind: Answer) -> None:
-            if answer_id == request_id:
+            if answers_request(answer_id, request_id):
                 attempt.answered(kind)
 
         law_after_a_cut = AFTER_A_CUT.get(attempt.call)
@@ -219,45 +249,66 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
         declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
         def on_end(error: BaseException | None) -> None:
-            cut = error if isinstance(error, transport_error) else None
-            attempt.stream_ended(cut, declined)
+            attempt.stream_ended(http.cut(error), declined)
 
-        watch = http.watch(response.stream, on_answer, on_end)
-        response.stream = watch
-        if isinstance(after_a_cut, Repeat):
-            return await _until_answer(http, response, watch, attempt)
-        return "later"
+        http.watch(response, EventWatch(on_answer, on_end))
+        if isinstance(after_a_cut, Repeat) and isinstance(response.stream, http.module.AsyncByteStream):
+            await until_answer(http, response)
+        return "later"  # what the stream says is what the SDK's reader yields (the watch)
     return "other"
+
+
+def answers_request(answer_id: object, request_id: object) -> bool:
+    """An answer on a request's own event stream is that request's: by its id on mcp 1.x, whatever
+    its id on 2.x, whose transport writes the request's id into it (lines.Line)."""
+    return LINE.stream_answers_its_request or answer_id == request_id
 
 
 # Per call, what the law says of a repeat after a `network` failure, asked only of a call whose 2xx is
 # an event stream. Where it permits one, the call's event streams are read here until the answer
-# (_until_answer), so a cut can be repeated.
+# (until_answer), so a cut can be repeated.
 AFTER_A_CUT: weakref.WeakKeyDictionary[AttemptsCall, Callable[[], Decision]] = weakref.WeakKeyDictionary()
 
 
-async def _until_answer(http: HttpLibrary, response: Any, watch: AnswerWatch, attempt: Attempt) -> Reply:
-    """Read an event stream here until the call's answer, the stream's end, or an event that asks
-    the client something (the server waits for its answer: the SDK must see it now), then hand the
-    SDK every byte read, unchanged, and the rest. A cut before any of them raises the client's
-    TransportError here, before the SDK saw a byte: the attempt is `cut`, which the series repeats
-    as the law permits, as it repeats a cut JSON body; once the SDK reads the stream, nothing can."""
+async def until_answer(http: HttpLibrary, response: Any) -> None:
+    """Read an event stream here, ahead of the SDK, until an answer is whole, the stream ends, or
+    an event asks the client something (the server waits for its answer: the SDK must see it now),
+    then hand the SDK every byte read, unchanged, and the rest. The events are read by the SDK's own
+    reader (lines.Line.events) over a stand-in response with this one's headers and the bytes as
+    they come (`Tee`), decoded as the client decodes them. A cut before any of them raises the
+    client's TransportError here, before the SDK saw a byte: the attempt is `cut`, which the series
+    repeats as the law permits, as it repeats a cut JSON body; once the SDK reads the stream,
+    nothing can. What the answer was, the SDK's reading tells (the response's watch): this reading
+    only decides where the bytes stop being read here."""
     read: list[bytes] = []
-    rest = watch.__aiter__()
+    stream = response.stream
+    rest = stream.__aiter__()
+    ahead = http.module.Response(
+        response.status_code, headers=response.headers, stream=http.tee(read, rest), request=response.request
+    )
+    # Where the SDK stops reading a request's stream: at the first answer, whatever its id (1.x then
+    # routes it by its id, 2.x takes it for the request's).
+    whole: list[object] = []
+    watch = EventWatch(lambda answer_id, kind: whole.append(answer_id))
+    events = LINE.events(ahead)
     try:
-        while attempt.early is None and not watch.asked:
-            try:
-                read.append(await rest.__anext__())
-            except StopAsyncIteration:
+        async for event in events:
+            watch.event(event)
+            if whole or watch.asked:
                 break
-    except BaseException:  # cut, or the caller gave up: the response will not be delivered
+    except http.module.TransportError as exc:
+        if not isinstance(exc, LINE.event_refused()):  # a cut: the response will not be delivered
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+            raise
+    except Exception:  # what the SDK's own reading will meet too (an undecodable body): its to raise
+        pass
+    except BaseException:  # the caller gave up: the response will not be delivered
         with anyio.CancelScope(shield=True):
             await response.aclose()
         raise
-    response.stream = http.replay(read, rest, watch)
-    if attempt.early is not None:
-        return attempt.early  # the answer came whole: what it was is known now
-    return "later" if watch.asked else "other"  # ended without the answer: a 2xx without it
+    await events.aclose()  # the reader stopped here; the stand-in's stream closes nothing of the SDK's
+    response.stream = http.replay(read, rest, stream)
 
 
 async def _session_busy(adapter: str, response: Any) -> bool:
