@@ -37,12 +37,15 @@ class CutSpec:
       cut; the rest of the answer is read and discarded so the server finishes normally.
     - `match`: only a request whose bytes contain this (e.g. `b'"tools/call"'`) is cut.
     - `reset`: cut with a TCP RST instead of a FIN.
+    - `answer`: with `forward_request=False`, these bytes (an HTTP response in the server's place:
+      a 429, say) reach the client before its connection closes; the server never sees the request.
     """
 
     after_response_bytes: int | None = None
     forward_request: bool = True
     match: bytes | None = None
     reset: bool = False
+    answer: bytes | None = None
 
 
 class _Conn:
@@ -152,9 +155,10 @@ class TcpProxy:
         forward_request: bool = True,
         match: bytes | None = None,
         reset: bool = False,
+        answer: bytes | None = None,
     ) -> None:
         """Arm a cut for the next request crossing the proxy (see `CutSpec`). Cuts queue up."""
-        spec = CutSpec(after_response_bytes, forward_request, match, reset)
+        spec = CutSpec(after_response_bytes, forward_request, match, reset, answer)
         with self._lock:
             self._armed.append(spec)
 
@@ -257,6 +261,8 @@ class TcpProxy:
             if conn.cut is None:
                 spec = self._claim(conn, data)
                 if spec is not None and not spec.forward_request:
+                    if spec.answer is not None:
+                        await _write(conn.client, spec.answer)
                     self._cut_client(conn, spec.reset)
                     _close(conn.upstream)
                     return
