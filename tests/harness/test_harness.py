@@ -588,6 +588,26 @@ def test_the_proxy_cuts_before_the_request_reaches_the_server(
         assert handle.counters.tool_posts("search") == 0
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_proxy_answers_in_the_servers_place(streamable_json: ServerHandle, mode: str) -> None:
+    """A 429 the proxy answers before the request reaches the server (how the conformance matrix
+    throttles a server this project did not write): the plain client reads the server's refusal."""
+    handle = streamable_json
+    handle.reset()
+    throttled = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    with TcpProxy(handle.port) as proxy:
+        proxy.cut_next(forward_request=False, match=b'"tools/call"', answer=throttled)
+        first, second = run(lambda: call_twice(proxy.url_for(handle.url), mode))
+        assert proxy.armed == 0
+    assert isinstance(first, MCPError) and (first.code, str(first)) == (
+        -32603,
+        "Server returned an error response",
+    )
+    assert not second.is_error
+    assert handle.counters.executions("search") == 1  # only the second call ran
+    assert handle.counters.tool_posts("search") == 1  # the first never reached the server
+
+
 def test_the_proxy_cuts_after_some_answer_bytes_refuses_and_stops(streamable_json: ServerHandle) -> None:
     handle = streamable_json
     handle.reset()
