@@ -139,16 +139,18 @@ def _row(
     mode: c.ServerMode,
     era: str,
     case: str,
-    outcomes: tuple[list[m.Outcome], list[m.Outcome]],
-    executions: tuple[int, int],
+    outcomes: tuple[list[m.Outcome], list[m.Outcome], list[m.Outcome]],
+    executions: list[int],
     found: list[dict[str, Any]],
     wrong: list[str],
 ) -> m.Cell:
-    plain, got = (" then ".join(map(str, runs)) for runs in outcomes)
+    plain, got, compat = (" then ".join(map(str, runs)) for runs in outcomes)
+    if compat and compat != got:
+        got += f" (compatibility: {compat})"
     record = f"true: {m.facts(found)}" if not wrong else "FALSE: " + "; ".join(wrong)
     mode_name = mode.name.partition("-")[2]
     return m.Cell(
-        mode.server, mode.version, mode_name, era, case, plain, got, "{}/{}".format(*executions), record
+        mode.server, mode.version, mode_name, era, case, plain, got, "/".join(map(str, executions)), record
     )
 
 
@@ -173,11 +175,22 @@ async def test_cell(
     got, ran = await _run(server, era, case, args, instrumented_runs)
     found = records(telemetry)
     wrong = m.record_errors(case, found, tool_call_statuses)
-    m.CELLS.append(_row(mode, era, case, (plain, got), (plain_ran, ran), found, wrong))
-    assert (plain_ran, ran) == (plain_runs, instrumented_runs), "executions (plain, instrumented)"
+    executions, expected = [plain_ran, ran], [plain_runs, instrumented_runs]
+    compat: list[m.Outcome] = []
+    if case in m.PLAIN_WORKS:
+        # Compatibility too where the server answered: the caller gets what the SDK alone gives.
+        instrument(servers=m.declaration(server.url, "compatibility"))
+        telemetry.exporter.clear()
+        compat, compat_ran = await _run(server, era, case, args, instrumented_runs)
+        executions.append(compat_ran)
+        expected.append(instrumented_runs)
+        wrong += [f"compatibility {e}" for e in m.record_errors(case, records(telemetry), tool_call_statuses)]
+    m.CELLS.append(_row(mode, era, case, (plain, got, compat), executions, found, wrong))
+    assert executions == expected, "executions (plain, app-authorized, compatibility)"
     assert not wrong, f"the record is not true: {wrong}"
     if case in m.PLAIN_WORKS:
         assert got == plain, "the instrumented caller got something else than the plain one"
+        assert compat == plain, "under compatibility the caller got something else than the plain one"
     elif case == m.CUT_AFTER:
         assert [o.kind for o in got] == [UnknownEffectError.__name__, RepeatRefusedError.__name__]
     else:  # repeated by the declaration: what a clean call gets

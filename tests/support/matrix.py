@@ -55,10 +55,10 @@ PLAIN_WORKS: Final = (CLEAN, TOOL_ERROR, RPC_ERROR, LARGE)
 RPC_ERROR_CODE: Final = -32602
 
 
-def declaration(url: str) -> dict[str, Any]:
-    """app-authorized: `search` may be repeated on a 429 or a cut; `charge` changes things."""
+def declaration(url: str, policy: str = "app-authorized") -> dict[str, Any]:
+    """`search` may be repeated on a 429 or a cut; `charge` changes things."""
     tools = {"search": {"on": ["throttle", "network"]}, "charge": {"changes": True}}
-    return {url: {"policy": "app-authorized", "tools": tools}}
+    return {url: {"policy": policy, "tools": tools}}
 
 
 def arguments(case: str, tag: int) -> dict[str, Any]:
