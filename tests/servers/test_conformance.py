@@ -198,6 +198,10 @@ async def test_cell(
         assert got == [m.Outcome("result", f"found {args['query']}")]
 
 
+def test_the_table_names_the_versions_the_build_script_builds(built: dict[str, str]) -> None:
+    assert dict(pair.split("=") for pair in built["VERSIONS"].split()) == c.VERSIONS
+
+
 def test_the_matrix_covers_every_server_and_gzip() -> None:
     """The matrix names every server, each in more than one mode, and nginx in front of each."""
     servers = {mode.server for mode in c.MATRIX}
