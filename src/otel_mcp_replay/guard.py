@@ -5,7 +5,8 @@ failed call as a NEW call. So a call of a tool declared `changes: true` that doe
 deduplication key, identical (endpoint, tool, arguments) to a call that failed with its effect
 unknown within the window, is refused before anything is sent. The app repeats deliberately by
 carrying the key, inside `repeat_confirmed()`, or after the window. What is remembered is a keyed
-hash, at most `capacity` of them, the oldest forgotten first: never the arguments.
+hash for its whole window, never the arguments; at most `max_bytes` of them (the oldest
+forgotten first, counted and said).
 
 It arms on a call that failed having been sent: its effect unknown, or applied (its result came
 back, then the client failed: the SDK's validation or a claim's resolver raised), since it ran.
@@ -40,14 +41,27 @@ from typing import Final, TypeVar
 import anyio
 
 from otel_mcp_replay import environment_variables as ev
-from otel_mcp_replay.guard_store import GuardStore, StoreCredentialRefused, StoreTimeout, is_cleared
-from otel_mcp_replay.telemetry import Effect
+from otel_mcp_replay.guard_store import PREFIX, GuardStore, is_cleared
+from otel_mcp_replay.telemetry import (
+    GUARD_STORE_FAILURE,
+    METRIC_GUARD_FORGOTTEN,
+    METRIC_GUARD_STORE_FALLBACKS,
+    Effect,
+)
 from otel_mcp_replay.telemetry import GuardStoreFailure as StoreFailure
 from otel_mcp_replay.telemetry import GuardStoreOperation as StoreOperation
 
 _logger = logging.getLogger(__name__)
 
-CAPACITY: Final = 4096
+# What this process remembers is bounded in bytes: every call it armed is refused for the whole
+# window however many there are, up to MEMORY_BYTES. An entry (its 32-byte hash, when it expires,
+# and what its arm replaced in the store, at most a clear's token) takes at most ENTRY_BYTES
+# (measured: about 280; tests/law/test_repeat_guard.py holds it). 16 MiB is about 43,000 calls:
+# at the default 600 s window, 70 calls a second that failed after they were sent, for ten minutes
+# in one process, a rate no working agent arms at; and little beside a process that runs an
+# MCP client. Past it the oldest still in its window is forgotten: counted and said at WARNING.
+MEMORY_BYTES: Final = 16 * 1024 * 1024
+ENTRY_BYTES: Final = 384
 DEFAULT_STORE_TIMEOUT_MS: Final = 50
 
 _T = TypeVar("_T")
@@ -81,19 +95,33 @@ def repeat_confirmed() -> Iterator[None]:
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 
-    __slots__ = ("_capacity", "_clock", "_key", "_lock", "_seen", "_shared", "_window_s", "shared")
+    __slots__ = (
+        "_capacity",
+        "_clock",
+        "_forgetting",
+        "_forgot",
+        "_key",
+        "_lock",
+        "_seen",
+        "_shared",
+        "_window_s",
+        "shared",
+    )
 
     def __init__(
         self,
         window_s: float,
         *,
-        capacity: int = CAPACITY,
+        max_bytes: int = MEMORY_BYTES,
         clock: Callable[[], float] = time.monotonic,
         shared: SharedStore | None = None,
+        forgot: Callable[[], None] = lambda: None,
     ) -> None:
         self._window_s = window_s
-        self._capacity = capacity
+        self._capacity = max(1, max_bytes // ENTRY_BYTES)
         self._clock = clock
+        self._forgot = forgot  # counts one call forgotten within its window
+        self._forgetting = False  # said at WARNING since the memory last had room
         # Per process, a fingerprint means nothing elsewhere; with a store, every process sharing
         # the secret computes the same one.
         self._key = shared.secret if shared is not None else secrets.token_bytes(32)
@@ -130,12 +158,34 @@ class RepeatGuard:
 
     def remember(self, fingerprint: bytes) -> None:
         """A call with this fingerprint failed after it was sent: it may have run, or did."""
+        forgotten = 0
         with self._lock:
-            self._seen[fingerprint] = self._clock() + self._window_s
+            now = self._clock()
+            self._seen[fingerprint] = now + self._window_s
             self._seen.move_to_end(fingerprint)
             self._shared.pop(fingerprint, None)  # armed anew: the store is yet to take this arm
+            # The oldest first (one window for all: the order they expire in); those past their
+            # window go for nothing, those within it are forgotten.
             while len(self._seen) > self._capacity:
-                self._shared.pop(self._seen.popitem(last=False)[0], None)
+                oldest, expires = self._seen.popitem(last=False)
+                self._shared.pop(oldest, None)
+                forgotten += expires > now
+            said, self._forgetting = (
+                self._forgetting,
+                forgotten > 0 or (self._forgetting and len(self._seen) >= self._capacity),
+            )
+        for _ in range(forgotten):
+            self._forgot()
+        if forgotten and not said:
+            _logger.warning(
+                "otel-mcp-replay: the repeat guard's memory is full (%d calls, %d MiB): it forgets the "
+                "oldest calls still in their window, which a blind repeat may then run again "
+                "(counted in %s); shorten %s or find what fails so often",
+                self._capacity,
+                self._capacity * ENTRY_BYTES // (1024 * 1024),
+                METRIC_GUARD_FORGOTTEN,
+                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S,
+            )
 
     def forget(self, fingerprint: bytes) -> None:
         """A call with this fingerprint completed: there is nothing left to check."""
@@ -213,10 +263,12 @@ class RepeatGuard:
 
 class SharedStore:
     """A store, the secret every process sharing it shares, the bound on each operation, and what
-    is told when it fails: once at WARNING (a credential refused: once at ERROR, and the store is
-    no longer asked), and each time in the fallback metric."""
+    is told when one fails: each failure counted in the fallback metric by its cause; said in the
+    log when it begins: an outage (`timeout` or `unreachable`) at WARNING, again after the store
+    answered in between; a refusal at ERROR by the class of its cause, again after a write was
+    taken in between (a read may be let while every write is refused: a full store, a replica)."""
 
-    __slots__ = ("_count", "_told", "bound_s", "disabled", "secret", "store")
+    __slots__ = ("_count", "_outage_said", "_refusals_said", "bound_s", "secret", "store")
 
     def __init__(
         self,
@@ -228,50 +280,61 @@ class SharedStore:
         self.store = store
         self.secret = secret
         self.bound_s = bound_s
-        self.disabled = False
         self._count = count
-        self._told = False
+        self._outage_said = False  # since the store last answered
+        self._refusals_said: set[str] = set()  # their causes, since the store last took a write
 
     async def bounded(self, operation: StoreOperation, step: Awaitable[_T]) -> _T | Failed:
         """`step`'s result within the bound, or FAILED (told and counted) when it did not give one."""
-        failure: StoreFailure = "error"
-        if self.disabled:
-            _close(step)
-            failure = "credential"
-        else:
-            try:
-                with anyio.move_on_after(self.bound_s):
-                    return await step
-                failure = "timeout"
-            except StoreTimeout:
-                failure = "timeout"
-            except StoreCredentialRefused:
-                failure = "credential"
-                if not self.disabled:
-                    self.disabled = True
-                    _logger.error(
-                        "otel-mcp-replay: %s: the store refused the credential; the repeat guard stays "
-                        "in-process",
-                        ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
-                    )
-            except Exception:  # any failure of the store: the call goes on with this process's memory
-                failure = "error"
+        failure: StoreFailure
+        try:
+            with anyio.move_on_after(self.bound_s):
+                result = await step
+                self._outage_said = False
+                if operation != "check":
+                    self._refusals_said.clear()
+                return result
+            failure, cause = "timeout", "the bound"
+        except Exception as exc:  # any failure of the store: the call goes on with this process's memory
+            failure, cause = self.store.failure_of(exc)
         self._count(operation, failure)
-        if not self._told and failure != "credential":
-            self._told = True
-            # Its kind only, never its text: a client's error may quote the URL.
-            _logger.warning(
-                "otel-mcp-replay: %s: the store gave no answer (%s; the bound is %d ms); the repeat "
-                "guard falls back to this process's memory for each such call, and is shared again "
-                "when the store answers (counted in mcp.client.replay.guard.store.fallbacks)",
-                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
-                failure,
-                round(self.bound_s * 1000),
-            )
+        self._tell(failure, cause)
         return FAILED
 
-
-def _close(step: Awaitable[object]) -> None:
-    close = getattr(step, "close", None)  # a coroutine never awaited is closed, not left to warn
-    if close is not None:
-        close()
+    def _tell(self, failure: StoreFailure, cause: str) -> None:
+        if failure == "refused":
+            if cause in self._refusals_said:
+                return
+            self._refusals_said.add(cause)
+        elif self._outage_said:
+            return
+        else:
+            self._outage_said = True
+        variable = ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE
+        if failure == "refused":
+            _logger.error(
+                "otel-mcp-replay: %s: the store refused the repeat guard (%s): a credential, an ACL "
+                "without ~%s* +get +set, a read-only replica named as the master, a full store or a "
+                "failed TLS check; the guard falls back to this process's memory for each call until "
+                "the store is set right (counted in %s, %s=refused)",
+                variable,
+                cause,
+                PREFIX,
+                METRIC_GUARD_STORE_FALLBACKS,
+                GUARD_STORE_FAILURE,
+            )
+            return
+        what = (
+            f"gave no answer within the bound of {round(self.bound_s * 1000)} ms"
+            if failure == "timeout"
+            else f"is unreachable ({cause})"
+        )
+        _logger.warning(
+            "otel-mcp-replay: %s: the store %s; the repeat guard falls back to this process's memory "
+            "for each call, and is shared again when the store answers (counted in %s, %s=%s)",
+            variable,
+            what,
+            METRIC_GUARD_STORE_FALLBACKS,
+            GUARD_STORE_FAILURE,
+            failure,
+        )

@@ -33,6 +33,7 @@ from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
+from otel_mcp_replay.store_url import address_of
 from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION, INSTRUMENTATION_NAME
 from otel_mcp_replay.version import __version__
 
@@ -133,7 +134,7 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
         try:
             from otel_mcp_replay.guard_store import RedisStore
 
-            store = RedisStore(settings.repeat_guard_store, bound_s)
+            store = RedisStore(address_of(settings.repeat_guard_store), bound_s)
         except ImportError:
             _logger.error(
                 "otel-mcp-replay: %s needs the redis client (pip install 'otel-mcp-replay[redis]'); "
@@ -150,7 +151,8 @@ def _guard(settings: Settings, instruments: Instruments) -> RepeatGuard | None:
                     1, {GUARD_STORE_OPERATION: operation, GUARD_STORE_FAILURE: failure}
                 ),
             )
-    return RepeatGuard(settings.repeat_guard_s, shared=shared)
+    forgotten = instruments.guard_forgotten
+    return RepeatGuard(settings.repeat_guard_s, shared=shared, forgot=lambda: forgotten.add(1))
 
 
 class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]

@@ -45,6 +45,7 @@ class Instruments:
     calls: Counter
     records_refused: Counter
     guard_store_fallbacks: Counter
+    guard_forgotten: Counter
     operation_duration: Histogram  # the MCP conventions' client operation duration, per tool call
     http_duration: Histogram  # the HTTP conventions' request duration, for an attempt's POST
 
@@ -68,6 +69,11 @@ class Instruments:
                 t.METRIC_GUARD_STORE_FALLBACKS,
                 unit="{operation}",
                 description="Repeat-guard store operations that fell back to the in-process guard",
+            ),
+            guard_forgotten=meter.create_counter(
+                t.METRIC_GUARD_FORGOTTEN,
+                unit="{call}",
+                description="Calls the repeat guard forgot within their window, its memory being full",
             ),
             operation_duration=meter.create_histogram(
                 t.METRIC_OPERATION_DURATION,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Final
 
 from otel_mcp_replay.fields import built_checked, is_int, type_error, value_error
+from otel_mcp_replay.store_url import SCHEMES_SPOKEN, StoreUrlProblem, address_of, client_problem
 
 # The retry budget counts in thousandths of a token (as gRPC's retryThrottling): a smaller ratio
 # would return nothing.
@@ -90,33 +90,19 @@ def _check_repeat_guard_secret(value: object, path: str) -> str | None:
     return value
 
 
-STORE_SCHEMES: Final = frozenset(("redis", "rediss"))
-
-
 def check_store_url(value: object, path: str) -> str | None:
-    """`value` as the store's URL: None (no store), or a `redis://`/`rediss://` URL naming a host,
-    with a valid port and database. A refusal names `path`, never the URL (it may hold a password)."""
+    """`value` as the store's URL: None (no store), or a URL store_url.py reads (a node's or
+    Sentinels'), whose options the redis client takes. A refusal names `path`, never the URL (it
+    may hold a password)."""
     if value is None:
         return None
     if not isinstance(value, str):
-        type_error(path, "must be a redis:// or rediss:// URL (a string)")
+        type_error(path, f"must be {SCHEMES_SPOKEN} (a string)")
     text = value.strip()
-    problem: str | None = None
     try:
-        parts = urllib.parse.urlsplit(text)
-        host, _port = parts.hostname, parts.port  # the port raises ValueError unless a number in range
-    except ValueError:
-        problem = "is not a valid URL"
-    else:
-        database = parts.path.lstrip("/")
-        if parts.scheme.lower() not in STORE_SCHEMES:
-            problem = "must be a redis:// or rediss:// URL"
-        elif not host:
-            problem = "must name a host"
-        elif database and not (database.isascii() and database.isdigit()):
-            problem = "must name the database as a number (redis://host:port/0)"
-        elif any(c.isspace() or ord(c) < 0x20 for c in text):
-            problem = "must not hold blanks or control characters"
+        problem = client_problem(address_of(text))
+    except StoreUrlProblem as refused:
+        problem = str(refused)
     if problem is not None:  # outside the handler: no parser error (which may quote it) is chained
         value_error(path, problem)
     return text

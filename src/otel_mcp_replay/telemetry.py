@@ -157,7 +157,10 @@ CallDeclinedReason = Literal["repeat-of-unknown"]  # on the call span: the repea
 CallVerdict = Literal["completed", "tool-error", "failed", "input-required"]
 Adapter = Literal["agentcore-runtime"]
 GuardStoreOperation = Literal["arm", "check", "clear"]  # the repeat guard's store operations
-GuardStoreFailure = Literal["timeout", "error", "credential"]  # why one fell back
+# Why one fell back: no answer within the bound; the store not reached (refused connections, down,
+# no master known); or refused: the store answered with an error it will repeat (a credential, a
+# permission, a read-only replica, out of memory, a redirect not followed, a TLS verification).
+GuardStoreFailure = Literal["timeout", "unreachable", "refused"]
 
 POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
 FAILURES: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
@@ -197,3 +200,5 @@ METRIC_GUARD_STORE_FALLBACKS: Final = "mcp.client.replay.guard.store.fallbacks"
 # Its attributes: which store operation fell back (GUARD_STORE_OPERATIONS), and why (GUARD_STORE_FAILURES).
 GUARD_STORE_OPERATION: Final = "mcp.replay.guard.store.operation"
 GUARD_STORE_FAILURE: Final = "mcp.replay.guard.store.failure"
+# Calls the repeat guard forgot within their window, its memory being full (guard.py's byte bound).
+METRIC_GUARD_FORGOTTEN: Final = "mcp.client.replay.guard.forgotten"

@@ -15,38 +15,29 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import re
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from tests.support.guard_agents import ANSWERING_BOUND_MS, SECRET, Agent, declared
 from tests.support.telemetry import Telemetry, records
 
 from harness.client import Client
 from harness.faults import DropAfterExecution, UnstructuredResult
 from harness.guard_agent import call_once
 from harness.redis_server import RedisServer, redis_binary
-from harness.server import ServerHandle, running_server
+from harness.server import ServerHandle
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay import repeat_confirmed
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.guard_store import CLEARED, PREFIX
 
-ROOT = Path(__file__).resolve().parents[2]
-SECRET = "the agents' shared secret, 32 bytes+"
 PASSWORD = "hunter2-redis-password"
 ORDER = {"amount": 7}
-_ANSWER_TIMEOUT_S = 60.0  # a hang guard only
-# The bound on each store operation where the test needs every one to answer: generous, so a loaded
-# machine's slow first connection is not read as an outage (the default, 50 ms, is the benchmark's).
-ANSWERING_BOUND_MS = 2000
 # Where the test stops the store: each operation runs into it while the store is paused.
 OUTAGE_BOUND_MS = 400
 
@@ -73,113 +64,6 @@ def redis_with_password() -> Iterator[RedisServer]:
     _need_redis()
     with RedisServer(password=PASSWORD) as server:
         yield server
-
-
-@pytest.fixture
-def mcp_server() -> Iterator[ServerHandle]:
-    with running_server("streamable") as handle:
-        yield handle
-
-
-def declared(server: ServerHandle) -> dict[str, Any]:
-    tools = {"charge": {"changes": True, "on": ["network"]}, "search": {"on": ["network"]}}
-    return {
-        server.url: {
-            "policy": "app-authorized",
-            "tools": tools,
-            "deduplicates": {"argument": "idempotency_key"},
-        }
-    }
-
-
-class Agent:
-    """One agent process: its calls made on command, what it exported read back."""
-
-    def __init__(self, server: ServerHandle, store_url: str, backend: str, log: Path, **extra: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.update(
-            {
-                "PYTHONPATH": str(ROOT),
-                ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: json.dumps(declared(server)),
-                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE: store_url,
-                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET: SECRET,
-                ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS: str(ANSWERING_BOUND_MS),
-                **extra,
-            }
-        )
-        self.log = log
-        self._stderr = log.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "harness.guard_agent", server.url, backend],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self._answer() == {"ready": True}
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line)
-        self._lines.put("")
-
-    def _answer(self) -> dict[str, Any]:
-        line = self._lines.get(timeout=_ANSWER_TIMEOUT_S)
-        assert line, f"the agent exited: {self.log.read_text()}"
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        return self._answer()
-
-    def call(self, arguments: dict[str, Any], *, tool: str = "charge", confirmed: bool = False) -> str:
-        outcome: str = self._ask(
-            {"op": "call", "tool": tool, "arguments": arguments, "confirmed": confirmed}
-        )["outcome"]
-        return outcome
-
-    def report(self) -> dict[str, Any]:
-        return self._ask({"op": "report"})
-
-    def fallbacks(self) -> dict[tuple[str, str], int]:
-        """The fallback metric: (operation, failure) -> count."""
-        return {
-            (attrs[t.GUARD_STORE_OPERATION], attrs[t.GUARD_STORE_FAILURE]): value
-            for attrs, value in self.report()["fallbacks"]
-        }
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-        self._stderr.close()
-
-
-@pytest.fixture
-def agents(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
-    """agent(server, store_url, backend, **env): an agent process, stopped after the test."""
-    made: list[Agent] = []
-
-    def agent(server: ServerHandle, store_url: str, backend: str, **extra: str) -> Agent:
-        made.append(Agent(server, store_url, backend, tmp_path / f"agent-{len(made)}.log", **extra))
-        return made[-1]
-
-    yield agent
-    for one in made:
-        one.stop()
 
 
 def guard_keys(redis: RedisServer) -> int:
@@ -320,7 +204,7 @@ def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_share
     assert a.call(w) == "UnknownEffectError"
     assert a.call(w) == "RepeatRefusedError"
     fallbacks = a.fallbacks()
-    assert fallbacks[("arm", "error")] == 1 and fallbacks[("check", "error")] == 2
+    assert fallbacks[("arm", "unreachable")] == 1 and fallbacks[("check", "unreachable")] == 2
 
     redis.start()  # back, on the same port (empty: it persists nothing)
     assert a.call(w) == "RepeatRefusedError"  # armed while it was down: still refused, and shared
@@ -332,8 +216,13 @@ def test_a_store_that_stops_answering_leaves_calls_to_each_process_then_is_share
 
     report = a.report()
     warnings = [message for level, message in report["logs"] if level == "WARNING"]
-    assert len(warnings) == 1, warnings  # said once, however many calls fell back
-    assert ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in warnings[0]
+    # Each outage said once when it began, however many calls fell back: the pause, then (the store
+    # having answered in between) the stop.
+    assert len(warnings) == 2, warnings
+    assert all(ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in warning for warning in warnings)
+    assert "no answer within the bound of 400 ms" in warnings[0] and "failure=timeout" in warnings[0]
+    assert "unreachable (ConnectionError)" in warnings[1] and "failure=unreachable" in warnings[1]
+    assert not [message for level, message in report["logs"] if level == "ERROR"]
     assert str(redis.port) not in a.log.read_text() + json.dumps(report)  # nor the URL
     assert b.fallbacks() == {}
 
@@ -542,6 +431,13 @@ BAD_URLS = [
     pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/db{PASSWORD}", id="bad-database"),
     pytest.param(f"redis://:{PASSWORD}@[::1/0", id="unparsable"),
     pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/0\n{PASSWORD}", id="control-character"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/0?socket_timeoutt=1", id="misspelt-option"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/0?socket_timeout=x{PASSWORD}", id="bad-option-value"),
+    pytest.param(f"redis://:{PASSWORD}@127.0.0.1:6379/0?ssl_ca_certs=/ca.pem", id="tls-option-without-tls"),
+    pytest.param(f"REDIS://:{PASSWORD}@127.0.0.1:6379/0", id="upper-case-scheme"),
+    pytest.param(f"valkey://:{PASSWORD}@127.0.0.1:6379/0", id="unknown-scheme"),
+    pytest.param(f"redis+sentinel://:{PASSWORD}@127.0.0.1:26379", id="sentinel-without-service"),
+    pytest.param(f"redis+sentinel://:{PASSWORD}@127.0.0.1/master", id="sentinel-without-port"),
 ]
 
 
@@ -602,11 +498,13 @@ async def test_a_wrong_password_is_an_error_naming_the_variable_and_the_guard_st
         assert await call_once(server.url, "search", {"query": "q"}) == "completed"
     assert server.counters.executions("charge") == 1
     errors = plugin_errors(caplog)
-    assert len(errors) == 1 and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]
+    assert len(errors) == 1 and ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE in errors[0]  # said once
+    assert "(AuthenticationError)" in errors[0] and "failure=refused" in errors[0]
     store = instrumentor.runtime.guard.shared.store
-    assert store.operations == 1  # refused once, then never asked again
+    assert store.operations == 3  # asked each time (a credential set right is taken), refused each time
     fallbacks = telemetry.metrics()[t.METRIC_GUARD_STORE_FALLBACKS]
-    assert sum(value for attrs, value in fallbacks if attrs[t.GUARD_STORE_FAILURE] == "credential") == 3
+    assert {attrs[t.GUARD_STORE_FAILURE] for attrs, _ in fallbacks} == {"refused"}
+    assert sum(value for _, value in fallbacks) == 3
     told = _logged(caplog) + _exported(telemetry)
     assert wrong not in told and PASSWORD not in told
 
@@ -643,10 +541,11 @@ async def test_the_credential_in_the_url_is_never_logged_or_recorded(
 def test_the_store_url_and_the_secret_are_never_in_a_repr(redis_with_password: RedisServer) -> None:
     from otel_mcp_replay.guard_store import RedisStore
     from otel_mcp_replay.settings import Settings
+    from otel_mcp_replay.store_url import address_of
 
     settings = Settings(repeat_guard_store=redis_with_password.url, repeat_guard_secret=SECRET)
     assert settings.repeat_guard_store == redis_with_password.url  # held, as given
-    shown = repr(settings) + repr(RedisStore(redis_with_password.url, 0.05))
+    shown = repr(settings) + repr(RedisStore(address_of(redis_with_password.url), 0.05))
     assert PASSWORD not in shown and SECRET not in shown and str(redis_with_password.port) not in shown
 
 

@@ -3,6 +3,10 @@ unknown moments ago, is refused before anything is sent; the app repeats it only
 
 from __future__ import annotations
 
+import logging
+import secrets
+import sys
+import tracemalloc
 from typing import Any
 
 import anyio
@@ -16,7 +20,8 @@ from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import RepeatRefusedError, UnknownEffectError, repeat_confirmed
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.guard import RepeatGuard
+from otel_mcp_replay.guard import ENTRY_BYTES, MEMORY_BYTES, RepeatGuard
+from otel_mcp_replay.guard_store import CLEARED
 
 pytestmark = pytest.mark.anyio
 
@@ -107,9 +112,14 @@ async def test_a_refusal_received_is_an_answer_and_arms_nothing(
     assert server.counters.tool_posts("send_email") == 1
 
 
-def test_the_guard_remembers_a_keyed_hash_for_its_window_and_at_most_its_capacity() -> None:
+def test_the_guard_remembers_a_keyed_hash_for_its_window_and_at_most_its_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     now = [100.0]
-    guard = RepeatGuard(10.0, capacity=2, clock=lambda: now[0])
+    forgotten: list[int] = []
+    guard = RepeatGuard(
+        10.0, max_bytes=2 * ENTRY_BYTES, clock=lambda: now[0], forgot=lambda: forgotten.append(1)
+    )
     a = guard.fingerprint("http://h/mcp", "send_email", EMAIL)
     b = guard.fingerprint("http://h/mcp", "send_email", {"body": "hello", "to": "ada@example.com"})
     assert a is not None and a == b and len(a) == 32  # key order does not matter; a hash, not text
@@ -121,12 +131,56 @@ def test_the_guard_remembers_a_keyed_hash_for_its_window_and_at_most_its_capacit
     assert not guard.refuses(a) and len(guard) == 0  # the window passed
     c = guard.fingerprint("http://h/mcp", "x", 1)
     d = guard.fingerprint("http://h/mcp", "y", 2)
-    assert c is not None and d is not None
+    e = guard.fingerprint("http://h/mcp", "z", 3)
+    assert c is not None and d is not None and e is not None
     guard.remember(a)
+    now[0] += 10.0  # a's window passed: making room for it forgets nothing
     guard.remember(c)
     guard.remember(d)
-    assert len(guard) == 2 and not guard.refuses(a)  # the oldest forgotten first
+    assert forgotten == [] and not caplog.records
+    with caplog.at_level(logging.WARNING, "otel_mcp_replay"):
+        guard.remember(e)  # c is still in its window: forgotten, counted and said
+        guard.remember(a)  # and d: counted, said once
+    assert len(guard) == 2 and not guard.refuses(c) and not guard.refuses(d) and guard.refuses(e)
+    assert forgotten == [1, 1]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and t.METRIC_GUARD_FORGOTTEN in warnings[0]
     assert guard.fingerprint("http://h/mcp", "x", object()) is None  # not JSON data: not guarded
     with repeat_confirmed():
-        assert not guard.refuses(c)
-    assert guard.refuses(c)
+        assert not guard.refuses(e)
+    assert guard.refuses(e)
+
+
+def test_every_call_armed_in_the_window_is_refused_far_past_a_few_thousand() -> None:
+    """The process that armed a call refuses it for its whole window, however many it armed (here
+    20,000, five times what it once remembered): the store may lose any of them."""
+    forgotten: list[int] = []
+    guard = RepeatGuard(600.0, forgot=lambda: forgotten.append(1))
+    armed = [guard.fingerprint("http://h/mcp", "charge", {"amount": n}) for n in range(20_000)]
+    for fingerprint in armed:
+        assert fingerprint is not None
+        guard.remember(fingerprint)
+    assert all(guard.refuses(f) for f in armed if f is not None)
+    assert len(guard) == 20_000 and forgotten == []
+    assert MEMORY_BYTES // ENTRY_BYTES > 40_000  # the default bound, in calls
+
+
+def test_an_entry_takes_no_more_than_the_bound_counts_it() -> None:
+    """ENTRY_BYTES is what the byte bound counts per call: measured on the fullest entry (its hash,
+    its expiry, and the clear's token its arm replaced in the store)."""
+    guard = RepeatGuard(600.0)
+    prints = [guard.fingerprint("http://h/mcp", "charge", {"amount": n}) for n in range(20_000)]
+    tokens = [CLEARED + secrets.token_hex(16) for _ in prints]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for fingerprint, token in zip(prints, tokens, strict=True):
+            assert fingerprint is not None
+            guard.remember(fingerprint)
+            guard._shared[fingerprint] = token  # what a taken arm replaced: a clear's token
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # The tokens and hashes were made before: add what they take, as an entry holds them.
+    held = sum(sys.getsizeof(token) for token in tokens) + sum(sys.getsizeof(p) for p in prints)
+    assert (grown + held) / len(prints) <= ENTRY_BYTES
