@@ -52,6 +52,8 @@ class Target:
     # Its params as sent, for the repeat guard's keyed fingerprint of its arguments alone
     # (`arguments()`): never in a repr, never compared, never an attribute of anything exported.
     _params: object = field(default=None, repr=False, compare=False)
+    # A task's poll (`tasks/get`, SEP-2663): a pure, idempotent read of a task that durably exists.
+    poll: bool = False
 
     @property
     def is_tool(self) -> bool:
@@ -65,6 +67,7 @@ class Target:
 
 
 PROTOCOL: Final = Target()
+TASK_POLL: Final = Target(poll=True)
 _BATCH: Final = Target(tool="", batch=True)
 
 
@@ -170,13 +173,25 @@ _BY_ADAPTER: Final = Repeat(Permission("adapter", "session-busy", "refused-befor
 
 
 def permit(
-    declaration: Declaration, target: Target, failure: FailureKind, *, retry_on_throttle: bool = True
+    declaration: Declaration,
+    target: Target,
+    failure: FailureKind,
+    *,
+    retry_on_throttle: bool = True,
+    status: int = 0,
 ) -> Decision:
-    """THE rule: may `target` be sent again after `failure`? Asked before every repeat.
+    """THE rule: may `target` be sent again after `failure` (a response's `status`, 0: none)? Asked
+    before every repeat.
 
     `retry_on_throttle=False` turns off only the rules that repeat a 429 without the app's word:
     compatibility's assumption and the protocol requests'. The budget is asked after this.
     """
+    if target.poll:  # reading a task twice runs nothing: repeated on what says nothing of the read
+        if failure == "error":  # a 5xx is the server's failure to read; its answer is its word
+            return _PROTOCOL_REPEAT if status >= 500 else NOT_RETRYABLE
+        if failure == "throttle" and not retry_on_throttle:
+            return NOT_PERMITTED
+        return _PROTOCOL_REPEAT
     if not target.is_tool:
         if failure == "throttle":
             return _PROTOCOL_REPEAT if retry_on_throttle else NOT_PERMITTED

@@ -187,6 +187,7 @@ class ReplayPolicy(NamedTuple):
                 self.target,
                 outcome.failure,
                 retry_on_throttle=self.settings.retry_on_throttle,
+                status=outcome.status,
             )
         )
         if isinstance(decision, Declined):

@@ -12,6 +12,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, declaration_of
 from otel_mcp_replay.law import (
     PROTOCOL,
+    TASK_POLL,
     Declined,
     FailureKind,
     Permission,
@@ -313,3 +314,33 @@ def test_a_changes_tool_without_its_key_is_never_repeated(
     )
     if not key_present:
         assert isinstance(decision, Declined)
+
+
+# --- a task's poll (SEP-2663): a pure, idempotent read -----------------------------------------
+
+
+@pytest.mark.parametrize("policy", t.POLICIES)
+@pytest.mark.parametrize(
+    ("failure", "status"), [("network", 0), ("throttle", 429), ("error", 503), ("error", 500)]
+)
+def test_a_poll_is_repeated_on_what_says_nothing_of_the_read(
+    policy: str, failure: FailureKind, status: int
+) -> None:
+    """No response, a 429, a 5xx: under either policy, whatever the tool's declaration (reading a
+    task twice runs nothing), with no permission to record."""
+    declaration = declared(policy, "idempotency_key", charge={"changes": True})
+    assert permit(declaration, TASK_POLL, failure, status=status) == Repeat(None)
+
+
+@pytest.mark.parametrize("policy", t.POLICIES)
+@pytest.mark.parametrize("status", [200, 400, 404])
+def test_a_poll_answered_with_an_error_is_not_repeated(policy: str, status: int) -> None:
+    """A JSON-RPC error, a 2xx without the answer, another 4xx: the server's word on the read."""
+    assert permit(declared(policy), TASK_POLL, "error", status=status) == Declined("not-retryable")
+
+
+def test_a_polls_429_is_not_repeated_with_retry_on_throttle_off() -> None:
+    """As every protocol request's: the setting that turns repeats of a 429 off turns this one off."""
+    decision = permit(COMPATIBILITY, TASK_POLL, "throttle", retry_on_throttle=False, status=429)
+    assert decision == Declined("not-permitted")
+    assert permit(COMPATIBILITY, TASK_POLL, "network", retry_on_throttle=False) == Repeat(None)
