@@ -1,6 +1,7 @@
 """The `mcp.tool.request_attempts` record and its allow-list.
 
-The rule: the record is the allow-list and nothing else. Its keys are telemetry.RECORD_KEYS; each
+The rule: the record is the allow-list and nothing else. Its keys are telemetry.RECORD_KEYS (and a
+task-backed call's RECORD_TASK_KEYS, both or neither); each
 holds a number, a bool, one of this library's own words, the endpoint's declared label or bare
 origin, the tool's name or the request id. Anything else in a record (a key nobody listed, a word
 outside its set, a URL with a path, ragged columns, a value of an unexpected type) refuses it
@@ -13,6 +14,7 @@ check them again.
 
 from __future__ import annotations
 
+import re
 import struct
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +30,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import LABEL
 from otel_mcp_replay.endpoints import ORIGIN
-from otel_mcp_replay.telemetry import AttemptPermission, CallVerdict, Effect, FailureKind, Policy
+from otel_mcp_replay.telemetry import AttemptPermission, CallVerdict, Effect, FailureKind, Policy, TaskStatus
 
 # OTLP carries int64: a larger int would fail the export of the whole batch, not just this record.
 _INT64_MAX: Final = 2**63 - 1
@@ -173,7 +175,10 @@ _COLUMN_CHECKS: Final[tuple[tuple[str, Callable[[tuple[object, ...]], bool]], ..
 )
 _POLICY_WORDS: Final = frozenset(t.POLICIES)
 _VERDICT_WORDS: Final = frozenset(t.VERDICTS)
-_KNOWN_KEYS: Final = frozenset(t.RECORD_KEYS)
+_KNOWN_KEYS: Final = frozenset(t.RECORD_KEYS + t.RECORD_TASK_KEYS)
+_TASK_STATUS_WORDS: Final = frozenset(t.TASK_STATUSES)
+# A task's keyed hash: the prefix and 16 lowercase hex digits (tasks.hashed_task_id), never the id.
+_TASK_HASH: Final = re.compile(r"h:[0-9a-f]{16}")
 _MISSING: Final = object()  # what a missing key reads as: every check below refuses it
 
 
@@ -225,7 +230,17 @@ def _read(raw: object) -> dict[str, AttributeValue]:
     if not all(map(is_, map(type, given), repeat(str))) or not _KNOWN_KEYS.issuperset(given):
         raise RecordRefused("an unknown key")
     get = given.get
-    return _checked(given, *[get(key, _MISSING) for key in t.RECORD_KEYS])
+    record = _checked(given, *[get(key, _MISSING) for key in t.RECORD_KEYS])
+    task, status = get(t.TASK, _MISSING), get(t.TASK_STATUS, _MISSING)
+    if task is _MISSING and status is _MISSING:
+        return record
+    # A task-backed call's pair, both or neither: its task's hash and a status of SEP-2663's.
+    if type(task) is not str or not _TASK_HASH.fullmatch(task):
+        raise _refused(t.TASK, given)
+    if type(status) is not str or status not in _TASK_STATUS_WORDS:
+        raise _refused(t.TASK_STATUS, given)
+    record[t.TASK], record[t.TASK_STATUS] = task, status
+    return record
 
 
 def _checked(given: dict[object, object], *values: object) -> dict[str, AttributeValue]:
@@ -288,6 +303,7 @@ def call_record(
     request_id: str,
     rows: Sequence[AttemptRow],
     call_round: int,
+    task: tuple[str, TaskStatus] | None = None,
 ) -> dict[str, AttributeValue]:
     """The record of a call this library ran itself (call.py).
 
@@ -299,7 +315,8 @@ def call_record(
     Its words are this library's own, typed at their source (telemetry's Literals, `law.classify`'s
     outcomes, the policy's waits) and its counts its own; so only what came from outside is checked
     here: the tool's name (the app's), the request id (the request's), the endpoint (a URL's origin or
-    the declaration's label) and each status (the server's). What passes is a record the full
+    the declaration's label) and each status (the server's). `task`: a task-backed call's (SEP-2663)
+    task, as its keyed hash, and the last status seen of it. What passes is a record the full
     allow-list accepts (tests/law/test_record.py proves it over every word). Raises RecordRefused
     (a ValueError naming the key, never a value) for an outside value the allow-list refuses: the
     caller files nothing rather than a trimmed record."""
@@ -315,6 +332,8 @@ def call_record(
     record = _in_order(
         policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
     )
+    if task is not None:  # a task-backed call's: its task's keyed hash (ours), the status seen
+        record[t.TASK], record[t.TASK_STATUS] = task
     return cast("dict[str, AttributeValue]", record)  # exact str, int and bool, or tuples of them
 
 

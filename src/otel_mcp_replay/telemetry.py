@@ -35,11 +35,12 @@ HTTP_RESEND_COUNT: Final = "http.request.resend_count"
 HTTP_STATUS_CODE: Final = "http.response.status_code"
 EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name of a tool call
 TOOL_ERROR: Final = "tool_error"  # error.type of a call whose result has isError
+TASK_CANCELLED: Final = "cancelled"  # error.type of a task-backed call whose task was cancelled
 TCP: Final = "tcp"
 PIPE: Final = "pipe"  # network.transport of a call over stdio
 HTTP: Final = "http"
 # The words above that the conventions' keys hold (no key of their own).
-CONVENTION_WORDS: Final = (EXECUTE_TOOL, TOOL_ERROR, TCP, PIPE, HTTP)
+CONVENTION_WORDS: Final = (EXECUTE_TOOL, TOOL_ERROR, TASK_CANCELLED, TCP, PIPE, HTTP)
 
 # The session id is hashed, never raw (legacy-era sessions only: the conventions keep it off
 # 2026-07-28 calls).
@@ -98,6 +99,11 @@ RECORD_COLUMN_KEYS: Final = (
     ATTEMPTS_WAIT_MS,
 )
 RECORD_KEYS: Final = RECORD_SCALAR_KEYS + RECORD_COLUMN_KEYS
+# A task-backed call's (SEP-2663) two more, in every such record and in no other: its task, by a
+# keyed hash (a task id may be a bearer token), and the last status seen of it.
+TASK: Final = "mcp.replay.task"
+TASK_STATUS: Final = "mcp.replay.task.status"
+RECORD_TASK_KEYS: Final = (TASK, TASK_STATUS)
 
 ATTEMPT_SPAN_KEYS: Final = (
     HTTP_REQUEST_METHOD,
@@ -144,6 +150,7 @@ CALL_SPAN_KEYS: Final = (
 
 # The words each key may hold: each a type mypy checks at every use, and its tuple for run time.
 TOOLS_CALL_METHOD: Final = "tools/call"  # the method whose requests are tool calls
+TASKS_GET_METHOD: Final = "tasks/get"  # a task's poll (SEP-2663): a pure, idempotent read
 Policy = Literal["compatibility", "app-authorized"]
 FailureKind = Literal["throttle", "session-busy", "network", "error"]
 DeclarableKind = Literal["throttle", "network"]
@@ -155,6 +162,7 @@ DeclinedReason = Literal["not-retryable", "not-permitted", "changes-without-key"
 CallDeclinedReason = Literal["repeat-of-unknown"]  # on the call span: the repeat guard refused it
 # `input-required`: the round was answered with InputRequiredResult, the server asking for more input.
 CallVerdict = Literal["completed", "tool-error", "failed", "input-required"]
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]  # SEP-2663's
 Adapter = Literal["agentcore-runtime"]
 GuardStoreOperation = Literal["arm", "check", "clear"]  # the repeat guard's store operations
 # Why one fell back: no answer within the bound; the store not reached (refused connections, down,
@@ -172,6 +180,7 @@ ASSUMPTIONS: Final[tuple[Assumption, ...]] = get_args(Assumption)
 DECLINED_REASONS: Final[tuple[DeclinedReason, ...]] = get_args(DeclinedReason)
 CALL_DECLINED_REASONS: Final[tuple[CallDeclinedReason, ...]] = get_args(CallDeclinedReason)
 VERDICTS: Final[tuple[CallVerdict, ...]] = get_args(CallVerdict)
+TASK_STATUSES: Final[tuple[TaskStatus, ...]] = get_args(TaskStatus)
 ADAPTERS: Final[tuple[Adapter, ...]] = get_args(Adapter)
 GUARD_STORE_OPERATIONS: Final[tuple[GuardStoreOperation, ...]] = get_args(GuardStoreOperation)
 GUARD_STORE_FAILURES: Final[tuple[GuardStoreFailure, ...]] = get_args(GuardStoreFailure)

@@ -189,7 +189,7 @@ SPAN_KEYS = frozenset(
         t.MCP_SESSION_ID,
     )
 )
-EVENT_KEYS = frozenset(t.RECORD_KEYS)
+EVENT_KEYS = frozenset(t.RECORD_KEYS + t.RECORD_TASK_KEYS)
 
 # The words each key may hold (docs/contract.md, "Telemetry"), from telemetry.py.
 WORDS: dict[str, frozenset[str]] = {

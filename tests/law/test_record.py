@@ -513,3 +513,38 @@ def test_the_plugin_s_record_refuses_an_outside_value_naming_the_key_not_the_val
         call_record(**{**CALL, field: bad})
     assert caught.value.field == key
     assert CANARY not in f"{caught.value} {caught.value.args!r} {caught.value!r}"
+
+
+# --- a task-backed call's pair (SEP-2663) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", t.TASK_STATUSES)
+def test_a_task_backed_calls_record_holds_its_tasks_hash_and_status(status: str) -> None:
+    record = a_record(task=("h:0123456789abcdef", status))
+    assert set(record) == set(t.RECORD_KEYS + t.RECORD_TASK_KEYS)
+    assert validate_record(record) == record
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        (t.TASK, "raw-task-id-0123456789"),  # never the id itself
+        (t.TASK, "h:0123456789ABCDEF"),
+        (t.TASK, "h:0123"),
+        (t.TASK, 7),
+        (t.TASK_STATUS, "done"),
+        (t.TASK_STATUS, None),
+    ],
+)
+def test_a_task_value_outside_its_form_refuses_the_record(key: str, bad: Any) -> None:
+    record = a_record(task=("h:0123456789abcdef", "completed"))
+    record[key] = bad
+    assert validate_record(record) is None
+    assert record_refusal(record) == key
+
+
+@pytest.mark.parametrize("key", t.RECORD_TASK_KEYS)
+def test_half_of_the_task_pair_refuses_the_record(key: str) -> None:
+    record = a_record(task=("h:0123456789abcdef", "completed"))
+    del record[key]
+    assert validate_record(record) is None

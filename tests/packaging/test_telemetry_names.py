@@ -160,8 +160,9 @@ def test_record_allow_list_is_the_contracts() -> None:
     }
     assert len(t.RECORD_KEYS) == len(set(t.RECORD_KEYS))
     assert t.RECORD_EVENT == "mcp.tool.request_attempts"
+    assert t.RECORD_TASK_KEYS == ("mcp.replay.task", "mcp.replay.task.status")  # a task-backed call's
     documented = contract_keys("The record")
-    assert sorted(documented) == sorted(t.RECORD_KEYS)
+    assert sorted(documented) == sorted(t.RECORD_KEYS + t.RECORD_TASK_KEYS)
 
 
 def test_attempt_span_keys_are_the_contracts() -> None:
