@@ -704,3 +704,58 @@ def test_the_sdk_hook_between_end_and_on_end_reaches_the_inner_processor() -> No
     with provider.get_tracer("x").start_as_current_span("work"):
         pass
     assert inner.ending == ["work"] and [span.name for span in inner.ended] == ["work"]
+
+
+# --- task ids (SEP-2663): a server may use them as bearer tokens --------------------------------
+
+TASK_ID = "X9ek4gxUH2Fs-zMrkBKBr45MHQ6t35bTOebTUquLaL8"
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+def test_a_tasks_span_has_its_task_id_masked(method: str) -> None:
+    """fastmcp's client span of a task's request holds the raw task id in its component key."""
+    got = span_with({t.MCP_METHOD_NAME: method, "fastmcp.component.key": TASK_ID})
+    assert got == {t.MCP_METHOD_NAME: method, "fastmcp.component.key": MASK}
+
+
+@pytest.mark.parametrize("spelling", ["mcp-name", "mcp_name", "Mcp-Name"])
+def test_a_captured_mcp_name_header_of_a_tasks_request_is_masked(spelling: str) -> None:
+    """Over HTTP a `tasks/*` request carries Mcp-Name = its task id: the HTTP instrumentation
+    captures it where the app asks for request headers."""
+    got = span_with(
+        {
+            f"http.request.header.{spelling}": (TASK_ID,),
+            f"http.request.header.{spelling.replace('name', 'method').replace('Name', 'Method')}": (
+                "tasks/get",
+            ),
+        }
+    )
+    assert got[f"http.request.header.{spelling}"] == (MASK,)
+
+
+def test_the_component_key_of_any_other_span_is_left_alone() -> None:
+    """On a tools/call span it names the tool (`tool:charge@`), no credential."""
+    got = span_with({t.MCP_METHOD_NAME: "tools/call", "fastmcp.component.key": "tool:charge@"})
+    assert got["fastmcp.component.key"] == "tool:charge@"
+    headers = {"http.request.header.mcp-name": ("charge",), "http.request.header.mcp-method": ("tools/call",)}
+    assert span_with(headers)["http.request.header.mcp-name"] == ("charge",)
+
+
+def test_a_task_id_this_process_saw_is_masked_wherever_a_text_holds_it() -> None:
+    """fastmcp writes "Task <id> was cancelled" as its span's status description and exception."""
+    from otel_mcp_replay.redaction.task_ids import TASK_IDS
+
+    seen = "tsk-" + TASK_ID[:20]
+    TASK_IDS.saw(seen)
+    pipeline = Pipeline()
+    with pipeline.tracer.start_as_current_span("tools/call charge") as span:
+        span.set_attributes({"message": f"Task {seen} was cancelled", "ids": (seen, "other"), "whole": seen})
+        span.add_event("exception", {"exception.message": f"Task {seen} was cancelled"})
+        span.set_status(Status(StatusCode.ERROR, f"Task {seen} was cancelled"))
+    exported = pipeline.spans()[0]
+    assert seen not in "\n".join(every_string(exported))
+    assert (exported.attributes or {})["message"] == f"Task {MASK} was cancelled"
+    assert (exported.attributes or {})["ids"] == (MASK, "other")
+    assert exported.status.description == f"Task {MASK} was cancelled"
+    # A text that holds no id it saw passes as the very same object.
+    assert span_with({"message": "Task other-0123456789 was cancelled"})["message"].startswith("Task other")

@@ -12,6 +12,7 @@ The layout follows the Collector's redaction processor:
 - rules.py: RedactionRules, the engine, every rule in one order.
 - spans.py: the redacted copies.   wrappers.py: RedactingSpanProcessor, RedactingSpanExporter.
 - export_path.py: check_export_path, the one WARNING when exported spans skip redaction.
+- task_ids.py: the task ids this process saw (SEP-2663), masked wherever a text holds one.
 """
 
 from otel_mcp_replay.redaction.export_path import check_export_path

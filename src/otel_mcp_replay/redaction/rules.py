@@ -10,6 +10,9 @@ once per key by the first of these that applies:
   5. a URL key (`url.full`, `http.url`, `...url/uri/referer/location`)           -> mask_url
   6. `url.query` / `url.fragment`                                               -> their values masked
   7. anything else                                                              -> text rules only
+and on a span of a task's request (`tasks/*`), the task id it holds (fastmcp's component key, a
+captured `Mcp-Name` header) is masked, as is a task id this process saw wherever a text holds one
+(task_ids.py): a server may use task ids as bearer tokens (SEP-2663);
 then every string that is not masked or hashed goes through the text rules (text.py), as does the
 span's status description. The `mcp.tool.request_attempts` record passes the allow-list (record.py)
 or is refused whole; a record value a key or text rule would change is replaced whole by "REDACTED",
@@ -37,6 +40,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import Vouches, validate_record
 from otel_mcp_replay.redaction import keys
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
+from otel_mcp_replay.redaction.task_ids import TASK_IDS
 from otel_mcp_replay.redaction.text import MASK, TextRules
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
 from otel_mcp_replay.redaction.user_rules import UserRules
@@ -109,8 +113,10 @@ class RedactionRules:
         self._actions: dict[str, int] = {}
         self._plain_keys: set[str] = set()  # the keys in _actions whose action is PLAIN
         self._hashes: dict[str, str] = {}
+        self._method_headers: set[str] = set()  # the keys seen spelling a captured Mcp-Method header
         # The user's key rules reach the record's keys too (its keys are fixed: decided once).
-        matched = [key for key in t.RECORD_KEYS if any(p.search(key) for p in self._key_patterns)]
+        every_key = t.RECORD_KEYS + t.RECORD_TASK_KEYS
+        matched = [key for key in every_key if any(p.search(key) for p in self._key_patterns)]
         self._record_masked = frozenset(key for key in matched if key in _RECORD_TEXT_KEYS)
         self._record_refused = len(matched) > len(self._record_masked)
 
@@ -127,6 +133,8 @@ class RedactionRules:
         return action
 
     def _classify(self, key: str) -> int:
+        if _header_of(key, "method") and len(self._method_headers) < CACHE_MAX:
+            self._method_headers.add(key)  # a captured Mcp-Method header: says a task's request
         if any(pattern.search(key) for pattern in self._key_patterns):
             return MASKED
         if key.startswith(_OWN_PREFIX) or key in _NOT_SENSITIVE:
@@ -275,6 +283,9 @@ class RedactionRules:
         """
         hash_sessions = not isinstance(span, RedactedSpan)
         attributes = self._attributes(span.attributes, hash_sessions)
+        # A task id, a credential (SEP-2663), under keys of its own on a span of a task's request.
+        if _of_a_task(span.attributes, self._method_headers):
+            attributes = _task_id_masked(span.attributes if attributes is None else attributes) or attributes
 
         refused = 0
         events: list[Event] | None = None
@@ -305,6 +316,8 @@ class RedactionRules:
             if new_description is not description:
                 status = Status(status.status_code, new_description)
 
+        if TASK_IDS:  # a task id this process saw, wherever a text holds it (task_ids.py)
+            attributes, events, status = _task_ids_masked(span, attributes, events, status)
         if attributes is None and events is None and links is None and status is original_status:
             return span, 0
         return (
@@ -317,6 +330,82 @@ class RedactionRules:
             ),
             refused,
         )
+
+
+# Where a span of a task's request (`tasks/get`, `tasks/update`, `tasks/cancel`) holds its task id:
+# fastmcp's component key, and the captured `Mcp-Name` request header (the spec: over HTTP, `tasks/*`
+# carry `Mcp-Name` = the task id), however the attribute spells the header.
+_TASK_ID_KEYS: Final = frozenset({"fastmcp.component.key"})
+_TASK_METHOD_PREFIX: Final = "tasks/"
+
+
+def _of_a_task(attributes: Attributes, method_headers: Iterable[str]) -> bool:
+    """A span of a task's request: its `mcp.method.name`, or a captured `Mcp-Method` header (one of
+    `method_headers`, the keys seen so spelt), says `tasks/...`."""
+    if not attributes:
+        return False
+    for key in (t.MCP_METHOD_NAME, *method_headers):
+        value = attributes.get(key)
+        values = value if type(value) is tuple or type(value) is list else (value,)
+        if any(type(v) is str and v.startswith(_TASK_METHOD_PREFIX) for v in values):
+            return True
+    return False
+
+
+def _header_of(key: str, name: str) -> bool:
+    """`key` spells a captured `Mcp-<name>` header (`http.request.header.mcp-name`, `mcp_name`, ...)."""
+    return "mcp" in key.lower() and keys.key_words(key)[-2:] == ["mcp", name]
+
+
+def _task_id_masked(attributes: Attributes) -> dict[str, Any] | None:
+    """A copy of a task's span's attributes with its task id masked, or None when none is there."""
+    copied = plain_dict(attributes)
+    changed = False
+    for key, value in copied.items():
+        named = key in _TASK_ID_KEYS or _header_of(key, "name")
+        if named and value != MASK:
+            copied[key] = (MASK,) * len(value) if isinstance(value, (tuple, list)) else MASK
+            changed = True
+    return copied if changed else None
+
+
+def _task_ids_masked(
+    span: ReadableSpan, attributes: dict[str, Any] | None, events: list[Event] | None, status: Status
+) -> tuple[dict[str, Any] | None, list[Event] | None, Status]:
+    """The span's redacted parts (None: unchanged) with every task id seen masked in their texts."""
+    attributes = _without_task_ids(span.attributes if attributes is None else attributes) or attributes
+    for index, event in enumerate(span.events if events is None else events):
+        if event.name == t.RECORD_EVENT:
+            continue  # allow-listed: its own words, a count, a hash, a name
+        new = _without_task_ids(event.attributes)
+        if new is not None:
+            if events is None:
+                events = list(span.events)
+            events[index] = RedactedEvent(event.name, new, event.timestamp, 0)
+    if status.description:
+        description = TASK_IDS.masked(status.description)
+        if description is not status.description:
+            status = Status(status.status_code, description)
+    return attributes, events, status
+
+
+def _without_task_ids(attributes: Attributes) -> dict[str, Any] | None:
+    """A copy of `attributes` with every task id seen masked, or None when none holds one."""
+    copied = plain_dict(attributes)
+    if not TASK_IDS.held_in(copied.values()):
+        return None
+    changed = False
+    for key, value in copied.items():
+        if type(value) is str:
+            new: Any = TASK_IDS.masked(value)
+        elif type(value) is tuple or type(value) is list:
+            items = tuple(TASK_IDS.masked(item) if type(item) is str else item for item in value)
+            new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        else:
+            continue
+        if new is not value:
+            copied[key], changed = new, True
+    return copied if changed else None
 
 
 def _same_record(record: Event, accepted: dict[str, Any]) -> Event:
