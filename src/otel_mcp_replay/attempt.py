@@ -52,6 +52,10 @@ class AttemptsCall(Protocol):
     delivered: int | None
     answer_came: bool
 
+    async def wait_unless_abandoned(self, delay_ms: int) -> bool:
+        """Sleep `delay_ms` before its next attempt; False when it was given up meanwhile."""
+        ...
+
 
 def next_attempt(call: AttemptsCall, permission: Permission | None) -> Attempt:
     """The call's next attempt, its span begun: repeated with `permission` (None: the first, or a

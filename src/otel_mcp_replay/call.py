@@ -24,7 +24,7 @@ from otel_mcp_replay.attempt import Attempt as Attempt
 from otel_mcp_replay.attempt import next_attempt
 from otel_mcp_replay.attempt import series_effect as series_effect
 from otel_mcp_replay.call_span import Route as Route
-from otel_mcp_replay.call_span import end_call_span, error_type, start_call_span
+from otel_mcp_replay.call_span import end_call_span, error_type, start_call_span, type_name
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
 from otel_mcp_replay.call_span import route_of as route_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
@@ -36,7 +36,7 @@ from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
 from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect
+from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect, TaskStatus
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -93,6 +93,12 @@ class ToolCall:
     server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
     may_have_run = False  # it failed as "may have run" (UnknownEffectError)
     local = False  # it went another way than HTTP (stdio, in-process)
+    # A task-backed call's (tasks.py): its task, as the server named it (never exported), the last
+    # status seen of it, and the error.type of a task that ended failed or cancelled.
+    task_id: str | None = None
+    task_hash = ""  # its keyed hash, as the record says it
+    task_status: TaskStatus | None = None
+    task_failure: str | None = None
 
     def __init__(
         self,
@@ -247,12 +253,27 @@ class ToolCall:
         else:
             self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
-    def settled(self, verdict: CallVerdict) -> None:
-        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard."""
-        self._file(verdict, False)
+    def settled(self, verdict: CallVerdict, *, may_have_run: bool = False) -> None:
+        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard.
+        `may_have_run`: a task-backed call whose task's status could not be read (tasks.py)."""
+        self._file(verdict, may_have_run)
         if self.fingerprint is not None and self.runtime.guard is not None:
             failed = verdict == "failed"
             self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.effect, failed=failed)
+
+    def task_ended(self, verdict: CallVerdict, error: BaseException | None = None) -> None:
+        """Its task reached its terminal status (`verdict` says how; `task_failure` its error.type,
+        `server_code` its JSON-RPC code), or its call failed with `error` while polling it (an
+        UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
+        round of (rounds.py)."""
+        self.settled(verdict, may_have_run=isinstance(error, UnknownEffectError))
+        app_call = self.app_call
+        if app_call is not None:  # filed: its app's call ends the span with this verdict
+            app_call.last, app_call.unfiled = (self, verdict), None
+        elif error is not None:
+            self._end(verdict, type_name(error))
+        else:
+            self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else self.task_failure)
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -323,10 +344,13 @@ class ToolCall:
             self.server_code,
             self.http_version,
             self.local,
+            timed=self.task_id is None,  # a task's creating request was timed as its answer came
         )
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
         self.may_have_run = may_have_run
+        if self.task_id is not None and self.session is not None:  # its task's polls end with it
+            self.runtime.open_tasks.get(self.session, {}).pop(self.task_id, None)
         try:
             self._file_record(verdict, may_have_run)
         except Exception:  # the record must never break the caller's call
@@ -349,6 +373,7 @@ class ToolCall:
                 request_id=str(self.request_id),
                 rows=self.rows,
                 call_round=self.round,
+                task=None if self.task_id is None else (self.task_hash, self.task_status or "working"),
             )
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             self.span.add_event(t.RECORD_REFUSED_EVENT)

@@ -74,6 +74,8 @@ def end_call_span(
     code: int | None,
     http_version: str | None,
     local: bool = False,
+    *,
+    timed: bool = True,  # False: its request's duration was recorded already (a task's creation)
 ) -> None:
     """A call's span ends with its outcome (the record's words, as span attributes a backend can
     query), and its duration is recorded as the MCP conventions' client operation duration."""
@@ -87,6 +89,14 @@ def end_call_span(
     where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
     span.set_attributes(outcome if where is None else {**outcome, **where})  # the call's one write at its end
     span.end()
+    if timed:
+        record_operation_duration(runtime, tool, started_ns, route, local, failure_type)
+
+
+def record_operation_duration(
+    runtime: Runtime, tool: str, started_ns: int, route: Route | None, local: bool, failure_type: str | None
+) -> None:
+    """The MCP conventions' client operation duration of one tools/call request, from `started_ns`."""
     metric: dict[str, str | int] = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool}
     if route is not None:
         metric.update(route.metric_attributes)

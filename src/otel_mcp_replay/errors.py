@@ -32,17 +32,27 @@ def _init(error: MCPError, code: int, message: str, data: Any = None) -> None:
 class UnknownEffectError(MCPError):
     """The tool call failed after a request that got no answer: it may have run on the server.
 
-    `__cause__` is the final error the call met.
+    `__cause__` is the final error the call met. `task_id`: the call's request was answered with a
+    task (SEP-2663) whose status could not be read: the task exists, and polling it (`tasks/get`,
+    never refused) says how it ended. It is the app's, never exported (a server may use task ids as
+    bearer tokens), and never in the message.
     """
 
-    def __init__(self, tool: str) -> None:
-        _init(
-            self,
-            CONNECTION_CLOSED,
-            f"The tool call {tool!r} failed without an answer, so it MAY HAVE RUN on the server. "
-            "Do not call it again as it is: first check whether it took effect.",
-        )
+    def __init__(self, tool: str, *, task_id: str | None = None) -> None:
+        if task_id is None:
+            message = (
+                f"The tool call {tool!r} failed without an answer, so it MAY HAVE RUN on the server. "
+                "Do not call it again as it is: first check whether it took effect."
+            )
+        else:
+            message = (
+                f"The tool call {tool!r} started a task on the server, and its status could not be "
+                "read: the task exists and MAY HAVE RUN, or still be running. Do not call the tool "
+                "again (that starts another task): poll the task instead (this error's task_id)."
+            )
+        _init(self, CONNECTION_CLOSED, message)
         self.tool = tool
+        self.task_id = task_id
 
 
 class ReplayUnavailableError(MCPError):

@@ -36,6 +36,8 @@ class Round(Protocol):
     local: bool
     fingerprint: bytes | None  # the repeat guard's, told to its store as the app's call ends
     guard_armed: bool | None
+    task_id: str | None  # a task-backed call's (tasks.py): its record is filed at its task's end
+    task_failure: str | None  # ... the error.type of its task that ended failed or cancelled
 
     def settled(self, verdict: CallVerdict) -> None: ...
 
@@ -113,11 +115,13 @@ class AppCall:
             t.POLICY: policy,
             t.JSONRPC_REQUEST_ID: str(call.request_id),
         }
-        code = call.server_code if error is not None else None
+        task_failed = error is None and verdict == "failed"  # its task ended failed or cancelled
+        code = call.server_code if error is not None or task_failed else None
+        failure_type: str | None = call.task_failure if task_failed else None
         if error is not None:
-            failure_type: str | None = error_type(error, code)
-        else:
-            failure_type = t.TOOL_ERROR if verdict == "tool-error" else None
+            failure_type = error_type(error, code)
+        elif verdict == "tool-error":
+            failure_type = t.TOOL_ERROR
         end_call_span(
             self.runtime,
             span,
@@ -129,6 +133,7 @@ class AppCall:
             code,
             call.http_version,
             call.local,
+            timed=call.task_id is None,  # a task's creating request was timed as its answer came
         )
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}

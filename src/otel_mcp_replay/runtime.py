@@ -124,3 +124,8 @@ class Runtime:
     # Where the calls file their records, vouched for to the redaction: the instrumentor's, one per
     # process as it is (the redaction wrappers read the same).
     vouches: Vouches = field(default_factory=Vouches)
+    # The task-backed calls (tasks.py) of each session not ended yet, by task id, until their task's
+    # terminal status is seen. Weak: a session gone is forgotten.
+    open_tasks: weakref.WeakKeyDictionary[object, dict[str, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )

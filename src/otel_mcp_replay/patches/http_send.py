@@ -5,8 +5,9 @@ two cheap checks. An MCP POST is one made inside a tool call (the call rides the
 that carries the streamable-HTTP transport's Accept header, or one to the message endpoint a
 legacy-SSE stream announced (sse.py); on mcp 1.x, while a call sent from a task of its own waits
 (patches/carrier.py), a JSON POST is also read for its request. Its body is read once, and the
-request goes to a tool call's series or a protocol request's (series.py). A repeat sends the same
-`Request` again: the same body bytes and headers, with the client's auth flow run again for it.
+request goes to a tool call's series, a task's poll's (a task-backed call's `tasks/get`, tasks.py) or
+a protocol request's (series.py). A repeat sends the same `Request` again: the same body bytes and
+headers, with the client's auth flow run again for it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled, supp
 from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.errors import ReplayUnavailableError
-from otel_mcp_replay.law import PROTOCOL, target_of
+from otel_mcp_replay.law import PROTOCOL, TASK_POLL, target_of
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
-from otel_mcp_replay.patches.series import HttpSeam, SeamRequest, protocol_series, tool_series
+from otel_mcp_replay.patches.series import HttpSeam, SeamRequest, poll_series, protocol_series, tool_series
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.patches.wire import HttpLibrary
-from otel_mcp_replay.telemetry import TOOLS_CALL_METHOD
+from otel_mcp_replay.tasks import CURRENT_POLL
+from otel_mcp_replay.telemetry import TASKS_GET_METHOD, TOOLS_CALL_METHOD
 
 
 def send(
@@ -146,6 +148,10 @@ def _request(
         if call is None and sent_suppressed(carriage, body):
             return _suppressed(exchange_once)
     req = SeamRequest(request, url, body, declaration, target, exchange_once, sse, streamable)
+    if body.get("method") == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None):
+        poll = CURRENT_POLL.get()  # a poll of an open task-backed call's task (tasks.py)
+        polled = req._replace(target=TASK_POLL)  # a pure read: repeated as the law says of one
+        return protocol_series(seam, polled) if poll is None else poll_series(seam, poll, polled)
     if (
         call is not None
         and target.tool == call.tool

@@ -1,4 +1,5 @@
-"""The series of the HTTP seam: a tool call's attempts, and a protocol request's, each one loop.
+"""The series of the HTTP seam: a tool call's attempts, a task's poll's (tasks.py), and a protocol
+request's, each one loop.
 
 The rule: a request is sent again only as its policy's decision says, each attempt classified once
 (wire.py) and charged to its endpoint's bucket; a tool call's attempts are opened and ended by
@@ -17,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 from opentelemetry import propagate
 
-from otel_mcp_replay.attempt import Attempt, next_attempt
+from otel_mcp_replay.attempt import Attempt, AttemptsCall, next_attempt
 from otel_mcp_replay.call import Route, ToolCall, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
@@ -160,8 +161,24 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
     return False
 
 
+async def poll_series(seam: HttpSeam, poll: AttemptsCall, req: SeamRequest) -> Any:
+    """A task's poll (`tasks/get`) of a task-backed call (tasks.py): its attempts under the call's
+    span, repeated as the law says of a pure read (`req.target` is TASK_POLL); a poll that got no
+    response at all is failed alone, never its session (the SDK would tear the transport down)."""
+    if not seam.rt.fail_closed:
+        AFTER_A_CUT[poll] = functools.partial(permit, req.declaration, req.target, "network")
+    poll.request_id = req.body["id"]
+    final, response, error = await _attempts(seam, poll, req, seam.rt.origin(req.url))
+    if final.status == 0 and error is not None and final.effect != "none":
+        return synthetic_error(seam.http, req.request, req.body["id"], "no response")
+    if response is None:
+        assert error is not None  # an attempt without a response raised
+        raise error
+    return response
+
+
 async def _attempts(
-    seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str
+    seam: HttpSeam, call: AttemptsCall, req: SeamRequest, origin: str
 ) -> tuple[Outcome, Any, BaseException | None]:
     """One loop, read at once: open the attempt (its span), send it, classify what came back, charge
     the endpoint's bucket, ask the policy, wait; the attempt ends (span, row) as the policy's word on

@@ -5,6 +5,8 @@ It begins the call (its span, current in the context the SDK carries into the ta
 request), and when the call ends has it settled and filed. Under the app-authorized policy a
 failure that lacked an answer reaches the caller as `UnknownEffectError`; every other outcome,
 a caller's own cancellation or timeout above all, reaches the caller exactly as the SDK made it.
+A call answered with a task (SEP-2663) goes on until its task ends (tasks.py): its polls, sent
+through `ClientSession.send_request` by whichever client resolves the task, pass here under its span.
 A round of a multi-round call is one `ClientSession.call_tool` of the driver's: its own request,
 law and record, under the app's call span; a round that continues one answered with
 `InputRequiredResult` is never refused as a repeat of it.
@@ -23,6 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import INVALID_SPAN
 
+from otel_mcp_replay import tasks
 from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import CONFIRMED
@@ -89,6 +92,8 @@ async def call_tool(
         CURRENT_CALL.reset(token)
     if app_call is not None:
         app_call.mismatched = False
+    if tasks.opened(rt, call, result):  # a task: the call ends as its task does
+        return result
     call.completed(result)
     if call.guard_armed is not None:
         await _tell_store(rt, call)
@@ -220,14 +225,51 @@ def send_request(
     resumed while the SDK waits for the answer)."""
     if CURRENT_CALL.get() is not None:  # call_tool's own request (asked first: one lookup in C)
         return wrapped(*args, **kwargs)
-    name = tool_of(args[0] if args else kwargs.get("request"))
-    if name is None or not is_instrumentation_enabled():
+    request = args[0] if args else kwargs.get("request")
+    name = tool_of(request)
+    if name is None:  # a poll of an open task-backed call's task is that call's (tasks.py)
+        task_id = tasks.request_task(request)
+        call = None if task_id is None else tasks.open_call(rt, instance, task_id)
+        if call is None or not is_instrumentation_enabled():
+            return wrapped(*args, **kwargs)
+        return _poll(rt, call, wrapped, args, kwargs)
+    if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
 
     async def sent(*_: Any, **__: Any) -> Any:
         return await wrapped(*args, **kwargs)
 
     return call_tool(rt, sent, instance, (name,), {}, streamable_sessions)
+
+
+async def _poll(
+    rt: Runtime,
+    call: ToolCall,
+    wrapped: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A poll (`tasks/get`) of an open task-backed call's task (tasks.py): sent under the call's span,
+    its answer read for the task's status; a poll that fails ends that call alone."""
+    poll = tasks.TaskPoll(rt, call)
+    token = tasks.CURRENT_POLL.set(poll)
+    otel_token = otel_context.attach(call.context)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        seen = tasks.poll_failed(call, poll, exc)
+        if call.guard_armed is not None:
+            await _tell_store(rt, call)
+        if seen is None:
+            raise
+        raise seen from seen.__cause__
+    finally:
+        otel_context.detach(otel_token)
+        tasks.CURRENT_POLL.reset(token)
+    tasks.status_seen(call, result)
+    if call.guard_armed is not None:  # its task ended: what the guard remembers, told
+        await _tell_store(rt, call)
+    return result
 
 
 def tool_of(request: object) -> str | None:
