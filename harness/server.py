@@ -403,6 +403,7 @@ def running_server(
     port: int = 0,
     startup_timeout: float = 5.0,
     middleware: Callable[[ASGIApp], ASGIApp] | None = None,
+    asgi: tuple[ASGIApp, str] | None = None,
 ) -> ServerHandle:
     """Serve the demo server (or `server`) on 127.0.0.1:`port` (0: ephemeral), started on return.
 
@@ -411,13 +412,17 @@ def running_server(
     answers) or "sse" (the legacy SSE transport). `stateless=True` serves streamable HTTP without
     session ids. On mcp 2.x the streamable apps serve both legacy (session) and 2026-07-28 clients;
     on 1.x, protocol versions up to 2025-11-25, always with session ids unless stateless.
+    `asgi`: another server's app and its endpoint path (fastmcp's, tests/tasks), served the same way.
     """
     if app_kind not in APP_KINDS:
         raise ValueError(f"app_kind must be one of {APP_KINDS}")
     counters = counters if counters is not None else Counters()
     plan = fault_plan if fault_plan is not None else FaultPlan()
-    mcp_server = server if server is not None else build_server(counters)
-    inner, path = build_app(mcp_server, app_kind, stateless=stateless)
+    if asgi is None:
+        mcp_server = server if server is not None else build_server(counters)
+        inner, path = build_app(mcp_server, app_kind, stateless=stateless)
+    else:
+        inner, path = asgi
     registry = ConnectionRegistry()
     app: ASGIApp = FaultInjector(inner, plan, counters.record_post, registry)
     if middleware is not None:

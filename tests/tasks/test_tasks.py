@@ -1,0 +1,477 @@
+"""Task-backed calls (the MCP tasks extension, SEP-2663) against a real fastmcp server whose tools
+run as tasks, for each client that drives one: fastmcp's `Client.call_tool`, a `call_tool_task`
+handle, pydantic-ai's `direct_call_tool(use_task=True)`, and `mcp.Client` with the tasks extension.
+
+Faults are injected at the ASGI level on the `tasks/get` POSTs (the harness's injector) and counted
+on the server, the ground truth: a changing tool never runs twice; every record says how the task
+ended; the polls' attempts are `POST` spans under the call span. Runs in its own environment
+(.venv-tasks: fastmcp 4.1.4 with fastmcp-tasks 4.1.4, pydantic-ai-slim 2.68; scripts/test-lines).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anyio
+import fastmcp
+import mcp_types
+import pytest
+from fastmcp_tasks import call_tool_task
+from fastmcp_tasks.client import TasksClientExtension
+from fastmcp_tasks.client_models import (
+    CancelTaskRequest,
+    CancelTaskRequestParams,
+    ClientGetTaskResult,
+    GetTaskRequest,
+    GetTaskRequestParams,
+)
+from mcp import Client as McpClient
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from pydantic_ai.mcp import MCPToolset
+from tests.support.task_server import running_task_server
+from tests.support.telemetry import Telemetry, records
+
+from harness.faults import DropAfterExecution, DropBeforeExecution, Throttle
+from harness.server import ServerHandle
+from otel_mcp_replay import RedactingSpanExporter, RepeatRefusedError, UnknownEffectError
+from otel_mcp_replay import telemetry as t
+
+pytestmark = pytest.mark.anyio
+
+CHARGE = ("charge", {"amount": 7})
+
+# Each client, as its users call a tool that the server runs as a task: an async context holding a
+# connected client, and its call (returns the result's text, raises as the client raises).
+Call = Callable[[str, dict[str, Any]], Awaitable[str]]
+Driver = Callable[[str], AbstractAsyncContextManager[tuple[Call, Any]]]
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+@asynccontextmanager
+async def _fastmcp(url: str) -> AsyncIterator[tuple[Call, Any]]:
+    async with fastmcp.Client(url) as client:
+
+        async def call(tool: str, args: dict[str, Any]) -> str:
+            return _text(await client.call_tool(tool, args))
+
+        yield call, client.session
+
+
+@asynccontextmanager
+async def _handle(url: str) -> AsyncIterator[tuple[Call, Any]]:
+    async with fastmcp.Client(url) as client:
+
+        async def call(tool: str, args: dict[str, Any]) -> str:
+            task = await call_tool_task(client, tool, args)
+            return _text(await task.result())
+
+        yield call, client.session
+
+
+@asynccontextmanager
+async def _pydantic_ai(url: str) -> AsyncIterator[tuple[Call, Any]]:
+    async with MCPToolset(url, tool_error_behavior="error") as toolset:
+
+        async def call(tool: str, args: dict[str, Any]) -> str:
+            return str(await toolset.direct_call_tool(tool, args, use_task=True))
+
+        yield call, toolset.client.session
+
+
+@asynccontextmanager
+async def _mcp_client(url: str) -> AsyncIterator[tuple[Call, Any]]:
+    async with McpClient(url, extensions=[TasksClientExtension()]) as client:
+
+        async def call(tool: str, args: dict[str, Any]) -> str:
+            result = await client.call_tool(tool, args)
+            if result.is_error:  # the tasks extension's resolver turns a failed task into one
+                raise _ToolErrorResult(_text(result))
+            return _text(result)
+
+        yield call, client.session
+
+
+class _ToolErrorResult(Exception):
+    """mcp.Client returns an isError result where the fastmcp clients raise ToolError."""
+
+
+DRIVERS: dict[str, Driver] = {
+    "fastmcp": _fastmcp,
+    "handle": _handle,
+    "pydantic-ai": _pydantic_ai,
+    "mcp.Client": _mcp_client,
+}
+
+
+@pytest.fixture(params=list(DRIVERS))
+def driver(request: pytest.FixtureRequest) -> Driver:
+    return DRIVERS[str(request.param)]
+
+
+@pytest.fixture
+def server() -> Iterator[ServerHandle]:
+    with running_task_server() as handle:
+        yield handle
+
+
+@pytest.fixture
+def instrumented(server: ServerHandle, instrument: Callable[..., Any]) -> ServerHandle:
+    declaration = {
+        "policy": "app-authorized",
+        "tools": {"charge": {"changes": True}, "report": {"on": ["network"]}},
+    }
+    instrument(servers={server.url: declaration})
+    return server
+
+
+@pytest.fixture(autouse=True)
+def print_trees(request: pytest.FixtureRequest, server: ServerHandle, telemetry: Telemetry) -> Iterator[None]:
+    """With TASKS_PRINT_TREES=1 (and `-s`), each test's span tree and the server's execution counts."""
+    yield
+    if os.environ.get("TASKS_PRINT_TREES"):
+        counted = {
+            tool: server.counters.executions(tool)
+            for tool in ("charge", "report", "declined", "broken", "slow")
+        }
+        ran = ", ".join(f"{tool} {n}" for tool, n in counted.items() if n)
+        print(f"\n## {request.node.name}: executions {ran}\n{tree(telemetry)}")
+
+
+# -- reading what was exported --
+
+
+def _call_span(telemetry: Telemetry, tool: str) -> ReadableSpan:
+    found = [
+        s
+        for s in telemetry.spans()
+        if s.name == f"tools/call {tool}"
+        and any(e.name == t.RECORD_EVENT and t.TASK in (e.attributes or {}) for e in s.events)
+    ]
+    assert len(found) == 1, [s.name for s in telemetry.spans()]
+    return found[0]
+
+
+def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
+    assert parent.context is not None
+    parent_id = parent.context.span_id
+    return [s for s in telemetry.spans() if s.parent is not None and s.parent.span_id == parent_id]
+
+
+def _posts(telemetry: Telemetry, call_span: ReadableSpan) -> list[ReadableSpan]:
+    """The attempt spans under the call span: its creating request's, then its polls'."""
+    spans = [s for s in _children(telemetry, call_span) if s.name == "POST"]
+    return sorted(spans, key=lambda s: s.start_time or 0)
+
+
+def _tasks_gets(server: ServerHandle) -> int:
+    return sum(1 for p in server.counters.post_log() if p.method == "tasks/get")
+
+
+def _task_record(telemetry: Telemetry, tool: str = "charge") -> dict[str, Any]:
+    found = [r for r in records(telemetry) if r[t.GEN_AI_TOOL_NAME] == tool and t.TASK in r]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def tree(telemetry: Telemetry) -> str:
+    """The exported spans as an indented tree (for the report and a failing assertion)."""
+    spans = telemetry.spans()
+    by_parent: dict[int | None, list[ReadableSpan]] = {}
+    ids = {s.context.span_id for s in spans if s.context is not None}
+    for s in spans:
+        parent = s.parent.span_id if s.parent is not None and s.parent.span_id in ids else None
+        by_parent.setdefault(parent, []).append(s)
+    lines: list[str] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for s in sorted(by_parent.get(parent, []), key=lambda s: s.start_time or 0):
+            a = s.attributes or {}
+            facts = [
+                f"{k}={a[k]}"
+                for k in (t.ATTEMPT, t.FAILURE, t.HTTP_STATUS_CODE, t.VERDICT, t.ERROR_TYPE, t.MAY_HAVE_RUN)
+                if k in a
+            ]
+            task = [
+                f"task.status={e.attributes[t.TASK_STATUS]}"
+                for e in s.events
+                if e.name == t.RECORD_EVENT and e.attributes and t.TASK_STATUS in e.attributes
+            ]
+            scope = s.instrumentation_scope.name if s.instrumentation_scope else ""
+            lines.append("  " * depth + f"{s.name} [{scope}] " + " ".join(facts + task))
+            assert s.context is not None
+            walk(s.context.span_id, depth + 1)
+
+    walk(None, 0)
+    return "\n".join(lines)
+
+
+# -- the cases, instrumented --
+
+
+async def test_clean(instrumented: ServerHandle, driver: Driver, telemetry: Telemetry) -> None:
+    server = instrumented
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+    assert server.counters.executions("charge") == 1
+    record = _task_record(telemetry)
+    assert record[t.VERDICT] == "completed" and record[t.EFFECT] == "applied"
+    assert record[t.TASK_STATUS] == "completed" and str(record[t.TASK]).startswith("h:")
+    span = _call_span(telemetry, "charge")
+    assert (span.attributes or {})[t.VERDICT] == "completed"
+    posts = _posts(telemetry, span)
+    # The creating request's attempt, then one per poll: every tasks/get POST is under the call span.
+    assert len(posts) == 1 + _tasks_gets(server), tree(telemetry)
+    assert span.end_time is not None and all((p.end_time or 0) <= span.end_time for p in posts)
+
+
+async def test_a_cut_poll_is_repeated(
+    instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
+) -> None:
+    server = instrumented
+    server.faults.add_method("tasks/get", DropBeforeExecution(reset=True))
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+        polls = _tasks_gets(server)
+        assert await call("report", {}) == "report"  # the session lives on
+    assert server.counters.executions("charge") == 1
+    assert _task_record(telemetry)[t.VERDICT] == "completed"
+    posts = _posts(telemetry, _call_span(telemetry, "charge"))
+    assert [(p.attributes or {}).get(t.FAILURE) for p in posts].count("network") == 1, tree(telemetry)
+    assert len(posts) == 1 + polls
+
+
+@pytest.mark.parametrize("throttles", [1, 3])
+async def test_throttled_polls(
+    instrumented: ServerHandle, driver: Driver, telemetry: Telemetry, throttles: int
+) -> None:
+    """A 429 on a poll is repeated (its Retry-After honoured); three, the attempts of one poll, end
+    that call alone with UnknownEffectError carrying the task id, and the app's re-call is refused."""
+    server = instrumented
+    server.faults.add_method("tasks/get", *[Throttle(retry_after="0")] * throttles)
+    async with driver(server.url) as (call, session):
+        if throttles == 1:
+            assert await call(*CHARGE) == "charged 7"
+        else:
+            await _fails_unknown(call, session)
+        assert await call("report", {}) == "report"  # the session lives on
+    assert server.counters.executions("charge") == 1
+    record = _task_record(telemetry)
+    posts = _posts(telemetry, _call_span(telemetry, "charge"))
+    assert [(p.attributes or {}).get(t.HTTP_STATUS_CODE) for p in posts].count(429) == throttles
+    if throttles == 1:
+        assert record[t.VERDICT] == "completed"
+    else:
+        assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
+        assert record[t.TASK_STATUS] == "working"
+
+
+async def _fails_unknown(call: Call, session: Any) -> None:
+    """The call fails with UnknownEffectError (through the client's own wrapping), whose task can
+    be polled again; calling the changing tool again is refused before anything is sent."""
+    with pytest.raises(BaseException) as raised:
+        await call(*CHARGE)
+    error = _unknown_effect(raised.value)
+    assert error.task_id, "the app learns which task to poll"
+    assert error.task_id not in str(error)
+    with pytest.raises(BaseException) as again:
+        await call(*CHARGE)
+    assert _found(again.value, RepeatRefusedError) is not None
+    with anyio.fail_after(10):  # polling the task is never refused
+        while True:
+            polled = await session.send_request(
+                GetTaskRequest(params=GetTaskRequestParams(task_id=error.task_id)), ClientGetTaskResult
+            )
+            if polled.status == "completed":
+                break
+            await anyio.sleep(0.05)
+
+
+def _found(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """`error`, or one it was raised from or grouped with, that is a `kind`."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, kind):
+            return error
+        grouped = getattr(error, "exceptions", None)  # an exception group (3.11's, or the backport's)
+        error = grouped[0] if grouped else error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+def _unknown_effect(error: BaseException) -> UnknownEffectError:
+    found = _found(error, UnknownEffectError)
+    assert isinstance(found, UnknownEffectError), repr(error)
+    return found
+
+
+async def test_polls_cut_past_the_attempts_then_the_apps_recall(
+    instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
+) -> None:
+    server = instrumented
+    server.faults.add_method("tasks/get", *[DropBeforeExecution(reset=True)] * 3)
+    async with driver(server.url) as (call, session):
+        await _fails_unknown(call, session)
+        assert await call("report", {}) == "report"
+    assert server.counters.executions("charge") == 1
+    record = _task_record(telemetry)
+    assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
+    span = _call_span(telemetry, "charge")
+    assert (span.attributes or {})[t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError"
+
+
+async def test_compatibility_too(
+    server: ServerHandle, driver: Driver, telemetry: Telemetry, instrument: Callable[..., Any]
+) -> None:
+    """Under compatibility a poll is repeated all the same, and polling that cannot finish fails
+    only the call, with UnknownEffectError (a poll is no tool call: the policy never changes it)."""
+    instrument(servers={server.url: {"policy": "compatibility", "tools": {"charge": {"changes": True}}}})
+    server.faults.add_method("tasks/get", *[DropBeforeExecution(reset=True)] * 3)
+    async with driver(server.url) as (call, session):
+        await _fails_unknown(call, session)
+    assert server.counters.executions("charge") == 1
+    assert _task_record(telemetry)[t.MAY_HAVE_RUN] is True
+
+
+@pytest.mark.parametrize(
+    ("tool", "verdict", "error_type", "status"),
+    [
+        ("declined", "failed", "-32042", "failed"),  # raises MCPError: the task FAILED
+        ("broken", "tool-error", "tool_error", "completed"),  # raises: COMPLETED with isError
+    ],
+)
+async def test_a_task_that_ends_badly(
+    instrumented: ServerHandle,
+    driver: Driver,
+    telemetry: Telemetry,
+    tool: str,
+    verdict: str,
+    error_type: str,
+    status: str,
+) -> None:
+    server = instrumented
+    async with driver(server.url) as (call, _):
+        with pytest.raises(Exception):  # noqa: B017 (each client raises its own kind)
+            await call(tool, {})
+    assert server.counters.executions(tool) == 1
+    record = _task_record(telemetry, tool)
+    assert (record[t.VERDICT], record[t.TASK_STATUS], record[t.MAY_HAVE_RUN]) == (verdict, status, False)
+    span = _call_span(telemetry, tool).attributes or {}
+    assert span[t.ERROR_TYPE] == error_type
+    if verdict == "failed":
+        assert span[t.RPC_RESPONSE_STATUS_CODE] == "-32042"
+
+
+async def test_a_cancelled_task(instrumented: ServerHandle, driver: Driver, telemetry: Telemetry) -> None:
+    server = instrumented
+    async with driver(server.url) as (call, _), fastmcp.Client(server.url) as side:
+        outcome: list[BaseException] = []
+
+        async def calling() -> None:
+            try:
+                await call("slow", {})
+            except Exception as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(calling)
+            task_id = await anyio.to_thread.run_sync(_first_polled_task, server)
+            await side.session.send_request(
+                CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id)), mcp_types.Result
+            )
+        assert outcome, "a cancelled task is no result"
+    record = _task_record(telemetry, "slow")
+    assert (record[t.VERDICT], record[t.TASK_STATUS]) == ("failed", "cancelled")
+    assert task_id not in _exported(telemetry)  # fastmcp's message names it: "Task <id> was cancelled"
+    assert (_call_span(telemetry, "slow").attributes or {})[t.ERROR_TYPE] == "cancelled"
+
+
+def _first_polled_task(server: ServerHandle) -> str:
+    assert server.counters.wait_until(lambda c: any(p.method == "tasks/get" for p in c.post_log()), 10)
+    import json
+
+    post = next(p for p in server.counters.post_log() if p.method == "tasks/get")
+    return str(json.loads(post.body)["params"]["taskId"])
+
+
+async def test_a_cut_creating_request(
+    instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
+) -> None:
+    """Cut after the tool was taken, before the task's creation came back: an ordinary tools/call
+    that may have run (the law), never repeated, and the app's re-call refused."""
+    server = instrumented
+    server.faults.add("charge", DropAfterExecution(reset=True))
+    async with driver(server.url) as (call, _):
+        with pytest.raises(BaseException) as raised:
+            await call(*CHARGE)
+        assert _unknown_effect(raised.value).task_id is None
+        with pytest.raises(BaseException) as again:
+            await call(*CHARGE)
+        assert _found(again.value, RepeatRefusedError) is not None
+    # The task was created (its tool may run in the worker): at most once, never twice.
+    assert server.counters.tool_posts("charge") == 1
+    assert server.counters.executions("charge") <= 1
+    record = [r for r in records(telemetry) if r[t.SENT] == 1]
+    assert record and record[0][t.VERDICT] == "failed" and t.TASK not in record[0]
+
+
+# -- the same, plain (the SDK alone): what a caller sees without the plugin --
+
+
+async def test_plain_clean(server: ServerHandle, driver: Driver) -> None:
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+    assert server.counters.executions("charge") == 1
+
+
+@pytest.mark.parametrize("fault", ["cut", "429"])
+async def test_plain_a_failed_poll_fails_the_caller(server: ServerHandle, driver: Driver, fault: str) -> None:
+    """Without the plugin one cut or 429 on a poll fails the caller (a cut takes the session with
+    it), who cannot learn which task to poll; the tool ran once."""
+    server.faults.add_method("tasks/get", DropBeforeExecution(reset=True) if fault == "cut" else Throttle())
+    with pytest.raises(BaseException) as raised:
+        async with driver(server.url) as (call, _):
+            await call(*CHARGE)
+    assert _found(raised.value, UnknownEffectError) is None
+    assert isinstance(_found(raised.value, Exception), Exception)
+    assert server.counters.wait_until(lambda c: c.executions("charge") == 1, 10)
+
+
+async def test_plain_a_failed_task(server: ServerHandle, driver: Driver) -> None:
+    async with driver(server.url) as (call, _):
+        with pytest.raises(Exception):  # noqa: B017
+            await call("declined", {})
+    assert server.counters.executions("declined") == 1
+
+
+# -- task ids never leave raw --
+
+
+def _exported(telemetry: Telemetry) -> str:
+    """Every client span exported (the server runs in this process: its own spans are the server's
+    to redact), through the plugin's redaction, as text: names, attributes, events, statuses."""
+    exporter = InMemorySpanExporter()
+    RedactingSpanExporter(exporter).export([s for s in telemetry.spans() if s.kind == SpanKind.CLIENT])
+    texts = []
+    for span in exporter.get_finished_spans():
+        texts += [span.name, repr(dict(span.attributes or {})), str(span.status.description)]
+        texts += [repr(dict(event.attributes or {})) for event in span.events]
+    return "\n".join(texts)
+
+
+async def test_task_ids_never_leave_raw(
+    instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
+) -> None:
+    server = instrumented
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+    task_id = _first_polled_task(server)
+    assert task_id not in _exported(telemetry)
+    assert str(_task_record(telemetry)[t.TASK]).startswith("h:")
