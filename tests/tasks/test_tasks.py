@@ -230,6 +230,9 @@ async def test_clean(instrumented: ServerHandle, driver: Driver, telemetry: Tele
     # The creating request's attempt, then one per poll: every tasks/get POST is under the call span.
     assert len(posts) == 1 + _tasks_gets(server), tree(telemetry)
     assert span.end_time is not None and all((p.end_time or 0) <= span.end_time for p in posts)
+    # One point of the conventions' operation duration: the creating request's (they time one request).
+    points = telemetry.metrics()[t.METRIC_OPERATION_DURATION]
+    assert sum(count for attributes, count in points if attributes[t.GEN_AI_TOOL_NAME] == "charge") == 1
 
 
 async def test_a_cut_poll_is_repeated(
