@@ -40,6 +40,9 @@ class FloorTelemetry:
         self.tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
         self.instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
         self.record = clean_record([AttemptRow(200, "", "applied", "first", 0)])
+        # The attempt's answer in the HTTP names in force (the plugin's helper, asked once here).
+        self.answered: dict[str, Any] = {t.EFFECT: "applied"}
+        self.instruments.http.response(self.answered, 200, None, None)
 
     def opened(self, name: str) -> tuple[Span, Span, Token[Context]]:
         """The call's span (made current) and its attempt's span."""
@@ -55,18 +58,13 @@ class FloorTelemetry:
             t.ATTEMPT_SPAN_NAME,
             context=span_context,
             kind=SpanKind.CLIENT,
-            attributes={
-                t.MCP_METHOD_NAME: "tools/call",
-                t.GEN_AI_TOOL_NAME: name,
-                t.JSONRPC_REQUEST_ID: "7",
-                t.ATTEMPT: 1,
-            },
+            attributes={t.GEN_AI_TOOL_NAME: name, t.JSONRPC_REQUEST_ID: "7", t.ATTEMPT: 1},
         )
         return span, attempt, token
 
     def closed(self, name: str, span: Span, attempt: Span, token: Token[Context]) -> None:
         """The attempt's effect and end, the counters, the record, the call's end."""
-        attempt.set_attributes({t.EFFECT: "applied", t.HTTP_STATUS_CODE: 200})
+        attempt.set_attributes(self.answered)
         attempt.end()
         self.instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
         span.add_event(t.RECORD_EVENT, self.record)
@@ -89,7 +87,10 @@ class FloorTelemetry:
 # The operation duration's attributes as a clean call over HTTP has them (their values are the floor's own).
 _OPERATION: dict[str, str | int] = {
     t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+    t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL,
     t.NETWORK_TRANSPORT: t.TCP,
+    t.NETWORK_PROTOCOL_NAME: t.HTTP,
+    t.NETWORK_PROTOCOL_VERSION: "1.1",
     t.MCP_PROTOCOL_VERSION: "2025-11-25",
     t.SERVER_ADDRESS: "127.0.0.1",
     t.SERVER_PORT: 1,

@@ -48,6 +48,10 @@ from otel_mcp_replay.runtime import Instruments
 Wrapped = Callable[..., Awaitable[Any]]
 
 
+# The operation duration's attributes every clean call over HTTP has (its route's are the round's).
+_OPERATION = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL}
+
+
 class _Round:
     """One round's request: its id, its one attempt, what is known of it."""
 
@@ -92,6 +96,7 @@ def skeleton(
     declarations = {url: (server["policy"], server["label"]) for url, server in servers.items()}
     tracer = tracer_provider.get_tracer(t.INSTRUMENTATION_NAME)
     instruments = Instruments.on(meter_provider.get_meter(t.INSTRUMENTATION_NAME))
+    http = instruments.http
     current: contextvars.ContextVar[_Round | None] = contextvars.ContextVar("skeleton_round", default=None)
     # The app's call in progress: its round tells it its own, whose policy and route it is counted by.
     app: contextvars.ContextVar[list[_Round] | None] = contextvars.ContextVar("skeleton_app", default=None)
@@ -102,8 +107,7 @@ def skeleton(
         wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name = args[0] if args else kwargs["name"]
-        started = time.perf_counter_ns()
-        span = start_call_span(tracer, name)  # the plugin's: the same one SDK call
+        span, _ = start_call_span(tracer, name)  # the plugin's: the same one SDK call
         token = otel_context.attach(trace.set_span_in_context(span))
         rounds: list[_Round] = []
         app_token = app.set(rounds)
@@ -124,8 +128,6 @@ def skeleton(
             }
         )
         span.end()
-        metric = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: name, **call.route}
-        instruments.operation_duration.record((time.perf_counter_ns() - started) / 1e9, metric)
         instruments.calls.add(
             1, {t.VERDICT: "completed", t.EFFECT: "applied", t.POLICY: call.policy, t.GEN_AI_TOOL_NAME: name}
         )
@@ -135,12 +137,16 @@ def skeleton(
         wrapped: Wrapped, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name = args[0] if args else kwargs["name"]
+        started = time.perf_counter_ns()
         call = _Round(trace.get_current_span(), instance)
         token = current.set(call)
         try:
             result = await wrapped(*args, **kwargs)
         finally:
             current.reset(token)
+        # The round's request ended: its point of the operation duration, every attribute it has.
+        metric = {**_OPERATION, t.GEN_AI_TOOL_NAME: name, **call.route}
+        instruments.operation_duration.record((time.perf_counter_ns() - started) / 1e9, metric)
         outer = app.get()
         if outer is not None:
             outer.append(call)
@@ -182,13 +188,15 @@ def skeleton(
         url = str(request.url)
         call.policy, call.endpoint = declarations[url]
         endpoint = endpoints.get(url)
-        if endpoint is None:
-            endpoint = endpoints[url] = span_endpoint_of(url)
+        if endpoint is None:  # with its POST in the HTTP names in force, as the plugin's route holds it
+            found = span_endpoint_of(url)
+            endpoint = endpoints[url] = (found, *http.request(found))
         return attempt(call, body, request, endpoint, functools.partial(wrapped, *args, **kwargs))
 
     async def attempt(
-        call: _Round, body: dict[str, Any], request: Any, endpoint: Any, sending: Callable[[], Awaitable[Any]]
+        call: _Round, body: dict[str, Any], request: Any, where: Any, sending: Callable[[], Awaitable[Any]]
     ) -> Any:
+        endpoint, post_span, post_metric = where
         call.request_id = request_id = body["id"]
         name = body["params"]["name"]
         version = getattr(call.session, "protocol_version", None)
@@ -207,6 +215,8 @@ def skeleton(
         call.span.set_attributes(attributes)
         call.route = {
             t.NETWORK_TRANSPORT: t.TCP,
+            t.NETWORK_PROTOCOL_NAME: t.HTTP,
+            t.NETWORK_PROTOCOL_VERSION: "1.1",
             t.MCP_PROTOCOL_VERSION: version,
             t.SERVER_ADDRESS: endpoint.address,
             t.SERVER_PORT: endpoint.port,
@@ -215,16 +225,7 @@ def skeleton(
             t.ATTEMPT_SPAN_NAME,
             trace.set_span_in_context(call.span),
             SpanKind.CLIENT,
-            {
-                t.HTTP_REQUEST_METHOD: "POST",
-                t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
-                t.GEN_AI_TOOL_NAME: name,
-                t.JSONRPC_REQUEST_ID: str(request_id),
-                t.ATTEMPT: 1,
-                t.URL_FULL: endpoint.url_full,
-                t.SERVER_ADDRESS: endpoint.address,
-                t.SERVER_PORT: endpoint.port,
-            },
+            {**post_span, t.GEN_AI_TOOL_NAME: name, t.JSONRPC_REQUEST_ID: str(request_id), t.ATTEMPT: 1},
         )
         context = otel_context.set_value(
             _SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, trace.set_span_in_context(span)
@@ -238,22 +239,14 @@ def skeleton(
         call.status = status = response.status_code
 
         def ended() -> None:
-            span.set_attributes(
-                {t.EFFECT: "applied", t.HTTP_STATUS_CODE: status, t.NETWORK_PROTOCOL_VERSION: "1.1"}
-            )
+            answered: dict[str, Any] = {t.EFFECT: "applied"}
+            http.response(answered, status, "1.1", None)
+            span.set_attributes(answered)
             span.end()
             instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
             if http_instrumented():
                 started = getattr(span, "start_time", None) or time.time_ns()
-                metric = {
-                    t.HTTP_REQUEST_METHOD: "POST",
-                    t.SERVER_ADDRESS: endpoint.address,
-                    t.SERVER_PORT: endpoint.port,
-                    t.URL_SCHEME: endpoint.scheme,
-                    t.HTTP_STATUS_CODE: status,
-                    t.NETWORK_PROTOCOL_VERSION: "1.1",
-                }
-                instruments.http_duration.record(max(time.time_ns() - started, 0) / 1e9, metric)
+                http.record(max(time.time_ns() - started, 0) / 1e9, post_metric, status, "1.1", None)
 
         raw = response.headers.raw  # read as the plugin reads it: names lowered in C, no decoding
         content_type = dict(

@@ -397,7 +397,7 @@ def _word(value: Any) -> str:
 
 def _attempt_line(attrs: Mapping[str, Any]) -> str:
     parts = [f"attempt {attrs.get(t.ATTEMPT, '?')}"]
-    status = attrs.get(t.HTTP_STATUS_CODE)
+    status = next((attrs[k] for k in _HTTP_STATUS_KEYS if k in attrs), None)
     parts.append(f"HTTP {status}" if status is not None else "no response")
     if t.FAILURE in attrs:
         parts.append(f"failed: {attrs[t.FAILURE]}")

@@ -22,6 +22,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call_span import Route, type_name
+from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import GIVEN_UP, NO_RESPONSE, Answer, Outcome, Permission, classify
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
@@ -75,20 +76,15 @@ def _span_of(call: AttemptsCall, permission: Permission | None) -> Span:
     if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
         return trace.INVALID_SPAN
     number = call.attempts  # a redirect's follow-up continues the numbering
-    attributes: dict[str, str | int] = {
-        t.HTTP_REQUEST_METHOD: "POST",
-        t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
+    # Its POST in the HTTP conventions in force (read once per route), then the replay's facts.
+    attributes: Attributes = {
+        **route.post_span_attributes,
         t.GEN_AI_TOOL_NAME: call.tool,
         t.JSONRPC_REQUEST_ID: str(call.request_id),
         t.ATTEMPT: number,
     }
-    endpoint = route.endpoint
-    if endpoint is not None:
-        attributes[t.URL_FULL] = endpoint.url_full
-        attributes[t.SERVER_ADDRESS] = endpoint.address
-        attributes[t.SERVER_PORT] = endpoint.port
     if number > 1:
-        attributes[t.HTTP_RESEND_COUNT] = number - 1
+        call.runtime.instruments.http.resend(attributes, number - 1)
     if permission is not None:
         attributes[t.PERMISSION_BY] = permission.by
         attributes[t.PERMISSION_ON] = permission.on
@@ -302,17 +298,12 @@ class Attempt:
         if call.attempt is self:
             call.attempt = None
         call.effect = series_effect(call.effect, outcome.effect)
-        attributes: dict[str, str | int] = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
+        attributes: Attributes = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         status = outcome.status
-        if status:
-            attributes[t.HTTP_STATUS_CODE] = status
-        if self.http_version is not None:
-            attributes[t.NETWORK_PROTOCOL_VERSION] = self.http_version
         # The HTTP conventions' error.type: the status from 400, else the type of the error that
         # left it without a response.
         error_type = str(status) if status >= 400 else self.error_type
-        if error_type is not None:
-            attributes[t.ERROR_TYPE] = error_type
+        call.runtime.instruments.http.response(attributes, status, self.http_version, error_type)
         if outcome.failure is not None:
             attributes[t.FAILURE] = outcome.failure
             self.span.set_status(Status(StatusCode.ERROR))
@@ -342,23 +333,17 @@ class Attempt:
             instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: call.tool})
 
     def _http_duration(self, error_type: str | None) -> None:
-        """The HTTP conventions' request duration for this attempt's POST, which the HTTP client
-        instrumentation, suppressed under the attempt's span, no longer records itself."""
+        """The HTTP client duration for this attempt's POST, which the HTTP client instrumentation,
+        suppressed under the attempt's span, no longer records itself."""
         call = self.call
         started = getattr(self.span, "start_time", None)  # the SDK's span: the POST began there
-        if call.route is None or call.route.endpoint is None or not started or not self.ended_ns:
+        route = call.route
+        if route is None or route.endpoint is None or not started or not self.ended_ns:
             return
-        endpoint = call.route.endpoint
-        metric: dict[str, str | int] = {
-            t.HTTP_REQUEST_METHOD: "POST",
-            t.SERVER_ADDRESS: endpoint.address,
-            t.SERVER_PORT: endpoint.port,
-            t.URL_SCHEME: endpoint.scheme,
-        }
-        if self.outcome.status:
-            metric[t.HTTP_STATUS_CODE] = self.outcome.status
-        if self.http_version is not None:
-            metric[t.NETWORK_PROTOCOL_VERSION] = self.http_version
-        if error_type is not None:
-            metric[t.ERROR_TYPE] = error_type
-        call.runtime.instruments.http_duration.record(max(self.ended_ns - started, 0) / 1e9, metric)
+        call.runtime.instruments.http.record(
+            max(self.ended_ns - started, 0) / 1e9,
+            route.post_metric_attributes,
+            self.outcome.status,
+            self.http_version,
+            error_type,
+        )

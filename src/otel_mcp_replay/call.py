@@ -24,7 +24,7 @@ from otel_mcp_replay.attempt import Attempt as Attempt
 from otel_mcp_replay.attempt import next_attempt
 from otel_mcp_replay.attempt import series_effect as series_effect
 from otel_mcp_replay.call_span import Route as Route
-from otel_mcp_replay.call_span import end_call_span, error_type, start_call_span, type_name
+from otel_mcp_replay.call_span import end_call_span, error_type, record_operation, start_call_span, type_name
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
 from otel_mcp_replay.call_span import route_of as route_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
@@ -99,6 +99,7 @@ class ToolCall:
     task_hash = ""  # its keyed hash, as the record says it
     task_status: TaskStatus | None = None
     task_failure: str | None = None
+    owns_span = True  # the plugin made its span (else the outer instrumentation's, which ends it)
 
     def __init__(
         self,
@@ -115,9 +116,9 @@ class ToolCall:
         # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
         if continues or CONFIRMED.get():
             self.repeat_confirmed = True
+        self.started_ns = time.perf_counter_ns()  # its request's operation duration (a round's own)
         if app_call is None:
-            self.started_ns = time.perf_counter_ns()
-            self.span = start_call_span(runtime.tracer, tool)
+            self.span, self.owns_span = start_call_span(runtime.tracer, tool)
             self.context: Context = trace.set_span_in_context(self.span)
         else:  # a round of the app's call: its span, its next round number
             self.app_call = app_call
@@ -245,9 +246,11 @@ class ToolCall:
         if self.app_call is not None and claimed:
             # A client extension's own shape: its claim's resolver finishes it after this returns, so
             # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
+            self._operation_ended(None)  # its request itself was answered
             self.app_call.round_ended(self, verdict, filed=False)
             return
         self.settled(verdict)
+        self._operation_ended(t.TOOL_ERROR if verdict == "tool-error" else None)
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict)
         else:
@@ -299,10 +302,12 @@ class ToolCall:
             if self.fingerprint is not None and guard is not None:
                 self.guard_armed = guard.ended(self.fingerprint, self.effect, failed=True)
         self.server_code = self._server_code(exc) if seen is None else None
+        failure_type = error_type(seen or exc, self.server_code)
+        self._operation_ended(failure_type)
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
             self.app_call.round_ended(self, "failed")
         else:
-            self._end("failed", error_type(seen or exc, self.server_code))
+            self._end("failed", failure_type)
         return seen
 
     def _server_code(self, exc: BaseException) -> int | None:
@@ -322,6 +327,19 @@ class ToolCall:
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
 
+    def _operation_ended(self, failure_type: str | None) -> None:
+        """Its request (one round of a multi-round call) ended: one point of the operation duration."""
+        record_operation(
+            self.runtime,
+            self.tool,
+            self.started_ns,
+            self.route,
+            failure_type,
+            self.server_code if failure_type is not None else None,
+            self.http_version,
+            self.local,
+        )
+
     def _end(self, verdict: CallVerdict, failure_type: str | None) -> None:
         """The call (not a round of an app's call) ends: its outcome on its span, which ends."""
         declaration = self.declaration or COMPATIBILITY
@@ -334,17 +352,14 @@ class ToolCall:
             t.MAY_HAVE_RUN: self.may_have_run,
         }
         end_call_span(
-            self.runtime,
             self.span,
-            self.tool,
-            self.started_ns,
+            self.owns_span,
             self.route,
             outcome,
             failure_type,
             self.server_code,
             self.http_version,
             self.local,
-            timed=self.task_id is None,  # a task's creating request was timed as its answer came
         )
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:

@@ -1,9 +1,12 @@
 """A call's span, the MCP conventions' client span of one tool call: begun once, written once.
 
 The rule: a call's span says where its request went (its `Route`, read once per session) and, as it
-ends, the call's outcome in one write (the record's words, as attributes a backend can query); its
-duration is the conventions' client operation duration. It never holds a value of the call: an
-error is named by its type or the server's JSON-RPC code, a session id only by its keyed hash.
+ends, the call's outcome in one write (the record's words, as attributes a backend can query). Where
+another instrumentation already made the MCP client span of this very call (fastmcp's `Client`), that
+span is the call's span: the plugin writes onto it and never ends it (the MCP conventions: enrich, do
+not duplicate). Each `tools/call` request (a round) is one point of the conventions' client operation
+duration. Nothing here holds a value of the call: an error is named by its type or the server's
+JSON-RPC code, a session id only by its keyed hash.
 """
 
 from __future__ import annotations
@@ -13,21 +16,27 @@ import hmac
 import time
 from typing import Final, NamedTuple
 
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.endpoints import SpanEndpoint
+from otel_mcp_replay.http_conventions import Attributes, HttpConventions
 from otel_mcp_replay.runtime import Runtime
 
 
 class Route(NamedTuple):
     """Where a call's request goes, as its spans and metrics say it: the endpoint (None: a URL no
-    origin spells), and the call span's and the operation metric's attributes, made once per
-    session (`route_of`)."""
+    origin spells), the call span's and the operation metric's attributes (the same but for the
+    session id, which only the span holds), and its POST's, as an attempt span and the HTTP client
+    duration say it before any response, in the HTTP conventions in force. Made once per session
+    (`route_of`)."""
 
     endpoint: SpanEndpoint | None
     span_attributes: dict[str, str | int]
     metric_attributes: dict[str, str | int]
+    post_span_attributes: Attributes
+    post_metric_attributes: Attributes
 
 
 # The call span's and the metric's attributes of a call that went another way than HTTP (stdio).
@@ -35,50 +44,81 @@ _LOCAL_ROUTE: Final = {t.NETWORK_TRANSPORT: t.PIPE}
 
 
 def route_of(
-    session_key: bytes, endpoint: SpanEndpoint | None, protocol_version: str | None, session_id: str | None
+    session_key: bytes,
+    http: HttpConventions,
+    endpoint: SpanEndpoint | None,
+    protocol_version: str | None,
+    session_id: str | None,
 ) -> Route:
     """The route of a request over HTTP: the session id (legacy era) is hashed, never held raw."""
-    metric: dict[str, str | int] = {t.NETWORK_TRANSPORT: t.TCP}
+    metric: dict[str, str | int] = {t.NETWORK_TRANSPORT: t.TCP, t.NETWORK_PROTOCOL_NAME: t.HTTP}
     if protocol_version is not None:
         metric[t.MCP_PROTOCOL_VERSION] = protocol_version
     if endpoint is not None:
         metric[t.SERVER_ADDRESS] = endpoint.address
         metric[t.SERVER_PORT] = endpoint.port
-    spans = {**metric, t.NETWORK_PROTOCOL_NAME: t.HTTP}
+    spans = dict(metric)
     if session_id is not None:
         spans[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
-    return Route(endpoint, spans, metric)
+    post_span, post_metric = http.request(endpoint) if endpoint is not None else ({}, {})
+    return Route(endpoint, spans, metric, post_span, post_metric)
 
 
-def start_call_span(tracer: Tracer, tool: str) -> Span:
-    """The MCP conventions' client span of one tool call (it stands in for the SDK's own)."""
-    return tracer.start_span(
+# What the call span (ours, or the outer one enriched) says of the call: the conventions' operation.
+_CALL_OPERATION: Final = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL}
+
+
+def start_call_span(tracer: Tracer, tool: str) -> tuple[Span, bool]:
+    """The MCP conventions' client span of one tool call (it stands in for the SDK's own), and
+    whether the plugin made it (it ends it then): the outer instrumentation's span of this very
+    call when there is one (`outer_call_span`), else a new one."""
+    outer = outer_call_span(tool)
+    if outer is not None:
+        return outer, False
+    span = tracer.start_span(
         f"{t.CALL_SPAN_PREFIX} {tool}",
         kind=SpanKind.CLIENT,
-        attributes={
-            t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD,
-            t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL,
-            t.GEN_AI_TOOL_NAME: tool,
-        },
+        attributes={**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool},
     )
+    return span, True
+
+
+def outer_call_span(tool: str) -> Span | None:
+    """The MCP client span another instrumentation made of this very call, current here: a
+    recording CLIENT span, not the plugin's, with `mcp.method.name` = `tools/call` and the same
+    `gen_ai.tool.name` (fastmcp's `Client` makes one around its session's `call_tool`). None when
+    there is none. Its attributes are read where the SDK keeps them (a span of the API alone has
+    none to read: never outer)."""
+    span = trace.get_current_span()
+    if getattr(span, "kind", None) is not SpanKind.CLIENT or not span.is_recording():
+        return None
+    attributes = getattr(span, "attributes", None)
+    if (
+        attributes is None
+        or attributes.get(t.MCP_METHOD_NAME) != t.TOOLS_CALL_METHOD
+        or attributes.get(t.GEN_AI_TOOL_NAME) != tool
+    ):
+        return None
+    scope = getattr(span, "instrumentation_scope", None)
+    if scope is not None and scope.name == t.INSTRUMENTATION_NAME:
+        return None  # the plugin's own (a call made while one of its calls runs): never enriched
+    return span
 
 
 def end_call_span(
-    runtime: Runtime,
     span: Span,
-    tool: str,
-    started_ns: int,
+    owned: bool,
     route: Route | None,
     outcome: dict[str, str | int | bool],
     failure_type: str | None,
     code: int | None,
     http_version: str | None,
     local: bool = False,
-    *,
-    timed: bool = True,  # False: its request's duration was recorded already (a task's creation)
 ) -> None:
     """A call's span ends with its outcome (the record's words, as span attributes a backend can
-    query), and its duration is recorded as the MCP conventions' client operation duration."""
+    query), in one write. A span the plugin did not make (`owned` False: the outer instrumentation's)
+    is written the same, with the conventions' operation, and left for its maker to end: this runs
+    inside its maker's call, so before it ends it."""
     if failure_type is not None:
         outcome[t.ERROR_TYPE] = failure_type
         if code is not None:
@@ -87,23 +127,38 @@ def end_call_span(
     if http_version is not None:
         outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
     where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
-    span.set_attributes(outcome if where is None else {**outcome, **where})  # the call's one write at its end
-    span.end()
-    if timed:
-        record_operation_duration(runtime, tool, started_ns, route, local, failure_type)
+    if where is not None:
+        outcome.update(where)
+    if owned:
+        span.set_attributes(outcome)  # the call's one write at its end
+        span.end()
+    else:
+        span.set_attributes({**_CALL_OPERATION, **outcome})
 
 
-def record_operation_duration(
-    runtime: Runtime, tool: str, started_ns: int, route: Route | None, local: bool, failure_type: str | None
+def record_operation(
+    runtime: Runtime,
+    tool: str,
+    started_ns: int,
+    route: Route | None,
+    failure_type: str | None,
+    code: int | None,
+    http_version: str | None,
+    local: bool = False,
 ) -> None:
-    """The MCP conventions' client operation duration of one tools/call request, from `started_ns`."""
-    metric: dict[str, str | int] = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_TOOL_NAME: tool}
+    """One `tools/call` request (a round) ended: its point of the MCP conventions' client operation
+    duration, with every attribute the conventions give it (each when known)."""
+    metric: dict[str, str | int] = {**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool}
     if route is not None:
         metric.update(route.metric_attributes)
     elif local:
         metric.update(_LOCAL_ROUTE)
+    if http_version is not None:
+        metric[t.NETWORK_PROTOCOL_VERSION] = http_version
     if failure_type is not None:
         metric[t.ERROR_TYPE] = failure_type
+        if code is not None:
+            metric[t.RPC_RESPONSE_STATUS_CODE] = str(code)
     runtime.instruments.operation_duration.record((time.perf_counter_ns() - started_ns) / 1e9, metric)
 
 

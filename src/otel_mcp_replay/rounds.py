@@ -1,14 +1,14 @@
 """The rounds of an app's call (mcp 2.x, SEP-2322): one call all the same.
 
 The rule: an app's `Client.call_tool` that the SDK's round driver sends as one
-`ClientSession.call_tool` per round is one call: its span is made by its first round and holds every
-round's attempts and records; it ends, counted once in the metrics, when the app's call returns or
-raises, its verdict the final round's.
+`ClientSession.call_tool` per round is one call: its span is made (or, under an outer instrumentation's
+span of the same call, found) by its first round and holds every round's attempts and records; it
+ends, counted once in the calls metric, when the app's call returns or raises, its verdict the final
+round's (each round is its own point of the operation duration: call.py).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
 from opentelemetry import trace
@@ -45,11 +45,12 @@ class Round(Protocol):
 class AppCall:
     """One `Client.call_tool` of the app's (mcp 2.x), which the SDK's round driver (SEP-2322) sends
     as one `ClientSession.call_tool` per round: one call all the same. Its span is made by its first
-    round and holds every round's attempts and records; it ends, counted once in the metrics, when
-    the app's call returns or raises, its verdict the final round's."""
+    round and holds every round's attempts and records; it ends, counted once in the calls metric,
+    when the app's call returns or raises, its verdict the final round's."""
 
     # Class attributes until a round changes them (one store fewer per call each).
     span: Span | None = None  # made by the first round: a call that sent none has none
+    owned = True  # the plugin made its span (else an outer instrumentation did, and ends it)
     context: Context | None = None
     rounds = 0
     last: tuple[Round, CallVerdict] | None = None  # the latest round ended, as it ended
@@ -72,8 +73,7 @@ class AppCall:
 
     def next_round(self) -> tuple[int, Span, Context]:
         if self.span is None:
-            self.started_ns = time.perf_counter_ns()
-            self.span = start_call_span(self.runtime.tracer, self.tool)
+            self.span, self.owned = start_call_span(self.runtime.tracer, self.tool)
             self.context = trace.set_span_in_context(self.span)
         assert self.context is not None
         self.rounds += 1
@@ -93,7 +93,8 @@ class AppCall:
         if span is None:
             return  # no round began: nothing was sent, nothing to say
         if last is None:  # not reached: every round ends (patches/session.py), but never leave a span open
-            span.end()
+            if self.owned:
+                span.end()
             return
         call, verdict = last
         # The app's call is over: its last round, which refers back to it, is let go now, so both
@@ -123,17 +124,14 @@ class AppCall:
         elif verdict == "tool-error":
             failure_type = t.TOOL_ERROR
         end_call_span(
-            self.runtime,
             span,
-            self.tool,
-            self.started_ns,
+            self.owned,
             self.route,
             outcome,
             failure_type,
             code,
             call.http_version,
             call.local,
-            timed=call.task_id is None,  # a task's creating request was timed as its answer came
         )
         self.runtime.instruments.calls.add(
             1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}

@@ -29,6 +29,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, SpanEndpoint, origin_of, span_endpoint_of
 from otel_mcp_replay.guard import RepeatGuard
+from otel_mcp_replay.http_conventions import HttpConventions
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.settings import Settings
@@ -46,8 +47,9 @@ class Instruments:
     records_refused: Counter
     guard_store_fallbacks: Counter
     guard_forgotten: Counter
-    operation_duration: Histogram  # the MCP conventions' client operation duration, per tool call
-    http_duration: Histogram  # the HTTP conventions' request duration, for an attempt's POST
+    operation_duration: Histogram  # the MCP conventions' client operation duration, per tools/call request
+    # The HTTP conventions in force, and their client duration, for an attempt's POST.
+    http: HttpConventions
 
     @classmethod
     def on(cls, meter: Meter) -> Instruments:
@@ -81,12 +83,7 @@ class Instruments:
                 description="The duration of the MCP request or notification as observed on the sender",
                 explicit_bucket_boundaries_advisory=list(t.OPERATION_DURATION_BUCKETS),
             ),
-            http_duration=meter.create_histogram(
-                t.METRIC_HTTP_DURATION,
-                unit="s",
-                description="Duration of HTTP client requests.",
-                explicit_bucket_boundaries_advisory=list(t.HTTP_DURATION_BUCKETS),
-            ),
+            http=HttpConventions.on(meter),
         )
 
 

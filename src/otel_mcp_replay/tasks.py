@@ -22,7 +22,7 @@ from opentelemetry.context import Context
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import ToolCall
-from otel_mcp_replay.call_span import Route, record_operation_duration
+from otel_mcp_replay.call_span import Route, record_operation
 from otel_mcp_replay.errors import UnknownEffectError
 from otel_mcp_replay.lines import LINE, http_instrumented
 from otel_mcp_replay.record import AttemptRow
@@ -72,8 +72,7 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
     if len(calls) > MAX_OPEN_PER_SESSION:
         calls[next(iter(calls))].task_ended("failed")  # the oldest: its caller stopped waiting
     app_call = call.app_call
-    started = app_call.started_ns if app_call is not None else call.started_ns
-    record_operation_duration(rt, call.tool, started, call.route, call.local, None)
+    record_operation(rt, call.tool, call.started_ns, call.route, None, None, call.http_version, call.local)
     if app_call is not None:  # its app's call files it if no poll of its does (AppCall.ended)
         app_call.round_ended(call, "completed", filed=False)
     return True

@@ -30,7 +30,9 @@ NETWORK_PROTOCOL_NAME: Final = "network.protocol.name"
 NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
 HTTP_REQUEST_METHOD: Final = "http.request.method"
 URL_FULL: Final = "url.full"
-URL_SCHEME: Final = "url.scheme"
+# Where the httpx instrumentation says a POST went in the stable conventions, besides server.*:
+NETWORK_PEER_ADDRESS: Final = "network.peer.address"
+NETWORK_PEER_PORT: Final = "network.peer.port"
 HTTP_RESEND_COUNT: Final = "http.request.resend_count"
 HTTP_STATUS_CODE: Final = "http.response.status_code"
 EXECUTE_TOOL: Final = "execute_tool"  # gen_ai.operation.name of a tool call
@@ -110,11 +112,12 @@ ATTEMPT_SPAN_KEYS: Final = (
     URL_FULL,
     SERVER_ADDRESS,
     SERVER_PORT,
+    NETWORK_PEER_ADDRESS,
+    NETWORK_PEER_PORT,
     NETWORK_PROTOCOL_VERSION,
     HTTP_STATUS_CODE,
     HTTP_RESEND_COUNT,
     ERROR_TYPE,
-    MCP_METHOD_NAME,
     GEN_AI_TOOL_NAME,
     JSONRPC_REQUEST_ID,
     ATTEMPT,
@@ -187,17 +190,15 @@ GUARD_STORE_FAILURES: Final[tuple[GuardStoreFailure, ...]] = get_args(GuardStore
 
 MAX_RECORD_ROWS: Final = 100
 
-# Metrics: the conventions' two durations, then the replay's own.
+# Metrics: the conventions' durations, then the replay's own. The HTTP client duration is the one the
+# HTTP conventions in force name (http_conventions.py): the stable one, or the old one in ms, or both.
 METRIC_OPERATION_DURATION: Final = "mcp.client.operation.duration"
 METRIC_HTTP_DURATION: Final = "http.client.request.duration"  # for the POSTs whose span is an attempt's
-# The conventions' advisory buckets (seconds): MCP's for a call, HTTP's for a request.
+METRIC_HTTP_DURATION_OLD: Final = "http.client.duration"  # the same, in the old conventions (ms)
+# The MCP conventions' advisory buckets (seconds) for a request; the HTTP ones are the helpers'.
 OPERATION_DURATION_BUCKETS: Final = (
     *(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
     *(10.0, 30.0, 60.0, 120.0, 300.0),
-)
-HTTP_DURATION_BUCKETS: Final = (
-    *(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75),
-    *(1.0, 2.5, 5.0, 7.5, 10.0),
 )
 # A wait is at least the policy's first backoff: seconds-scale buckets from there to the cap.
 WAIT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

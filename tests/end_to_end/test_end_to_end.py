@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.telemetry import OLD_HTTP_NAMES, OLD_HTTP_STATUS, STABLE_HTTP_NAMES
 
 from harness import run as demo
 from harness.receiver import OtlpReceiver, SpanDict
@@ -263,12 +264,14 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
         assert record[t.OMITTED] == 0
         assert len(attempts(run, call)) == record[t.SENT]
         for number, attempt in enumerate(attempts(run, call), start=1):
-            assert set(attempt) <= set(t.ATTEMPT_SPAN_KEYS)
-            assert attempt[t.MCP_METHOD_NAME] == "tools/call"
+            # The HTTP instrumentation's default vocabulary (the agent sets no OTEL_SEMCONV_STABILITY_OPT_IN):
+            # the old names, and no MCP method (an attempt is an HTTP span, no MCP operation).
+            assert set(attempt) - set(t.ATTEMPT_SPAN_KEYS) <= OLD_HTTP_NAMES
+            assert not set(attempt) & STABLE_HTTP_NAMES and t.MCP_METHOD_NAME not in attempt
             assert attempt[t.GEN_AI_TOOL_NAME] == record[t.GEN_AI_TOOL_NAME]
             assert attempt[t.JSONRPC_REQUEST_ID] == record[t.JSONRPC_REQUEST_ID]
             assert attempt[t.ATTEMPT] == number
-            assert attempt.get(t.HTTP_RESEND_COUNT) == (number - 1 if number > 1 else None)
+            assert t.HTTP_RESEND_COUNT not in attempt  # the old names have none: mcp.replay.attempt says it
             assert attempt[t.EFFECT] == record[t.ATTEMPTS_EFFECT][number - 1]
 
     # search on billing (app-authorized, names throttle): a 429 with Retry-After: 1, then repeated by app.
@@ -282,12 +285,12 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
     assert record[t.ATTEMPTS_WAIT_MS] == [1000, 0]
     assert record[t.EFFECT] == "unknown"  # a 429 is not proof the tool did not run
     first, second = attempts(run, search)
-    assert first[t.HTTP_STATUS_CODE] == 429 and first[t.FAILURE] == "throttle"
+    assert first[OLD_HTTP_STATUS] == 429 and first[t.FAILURE] == "throttle"
     assert first[t.WAIT_MS] == 1000 and first[t.EFFECT] == "unknown"
     assert t.PERMISSION_BY not in first and t.DECLINED not in first
     assert second[t.PERMISSION_BY] == "app" and second[t.PERMISSION_ON] == "throttle"
     assert t.PERMISSION_ASSUMES not in second and t.FAILURE not in second
-    assert second[t.HTTP_STATUS_CODE] == 200 and second[t.EFFECT] == "applied"
+    assert second[OLD_HTTP_STATUS] == 200 and second[t.EFFECT] == "applied"
 
     # charge (changes, carries its key): the connection cut after it ran, repeated by app.
     charge = found[("billing", "charge")]
@@ -297,7 +300,7 @@ def test_attempt_spans_and_records_carry_the_contract_attributes(run: Run) -> No
     assert record[t.ATTEMPTS_PERMISSION] == ["first", "app"]
     assert record[t.ATTEMPTS_EFFECT] == ["unknown", "applied"]
     first, second = attempts(run, charge)
-    assert t.HTTP_STATUS_CODE not in first and first[t.FAILURE] == "network"
+    assert OLD_HTTP_STATUS not in first and first[t.FAILURE] == "network"
     # The first repeat's equal-jitter backoff (policy.backoff_ms): half the base fixed, half drawn.
     assert BACKOFF_BASE_MS // 2 <= first[t.WAIT_MS] < BACKOFF_BASE_MS
     assert first[t.WAIT_MS] == record[t.ATTEMPTS_WAIT_MS][0]

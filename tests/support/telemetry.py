@@ -53,6 +53,31 @@ class Telemetry:
         return out
 
 
+# The HTTP names the contrib httpx instrumentation writes on a POST that a response answered, in each
+# vocabulary OTEL_SEMCONV_STABILITY_OPT_IN selects (its source, 0.60b0 to 0.66b2): an attempt span,
+# which stands in for its span, writes exactly these. The old names are the default's.
+OLD_HTTP_STATUS = "http.status_code"
+OLD_HTTP_NAMES = frozenset(("http.method", "http.url", OLD_HTTP_STATUS))
+STABLE_HTTP_NAMES = frozenset(
+    (
+        "http.request.method",
+        "url.full",
+        "server.address",
+        "server.port",
+        "network.peer.address",
+        "network.peer.port",
+        "http.response.status_code",
+        "network.protocol.version",
+    )
+)
+# `http/dup`: both, and the old names of the facts the instrumentation writes in the stable ones only.
+HTTP_NAMES = {
+    "": OLD_HTTP_NAMES,
+    "http": STABLE_HTTP_NAMES,
+    "http/dup": OLD_HTTP_NAMES | STABLE_HTTP_NAMES | {"http.host", "net.peer.port", "http.flavor"},
+}
+
+
 def records(telemetry: Telemetry) -> list[dict[str, Any]]:
     """Every request_attempts record, in the order the calls ended."""
     from otel_mcp_replay import telemetry as t

@@ -318,7 +318,7 @@ def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseSt
     if version == "2026-07-28":
         session_id = None  # the conventions: no session id for 2026-07-28 calls
     version = version if type(version) is str else None
-    return route_of(rt.session_key, rt.span_endpoint(url), version, session_id)
+    return route_of(rt.session_key, rt.instruments.http, rt.span_endpoint(url), version, session_id)
 
 
 async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool) -> Exception | None:
