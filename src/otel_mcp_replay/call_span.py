@@ -28,7 +28,8 @@ from otel_mcp_replay.runtime import Runtime
 class Route(NamedTuple):
     """Where a call's request goes, as its spans and metrics say it: the endpoint (None: a URL no
     origin spells), the call span's and the operation metric's attributes (the same but for the
-    session id, which only the span holds), and its POST's, as an attempt span and the HTTP client
+    session id, which only the span holds, and the operation, which the span holds from its start),
+    and its POST's, as an attempt span and the HTTP client
     duration say it before any response, in the HTTP conventions in force. Made once per session
     (`route_of`)."""
 
@@ -41,6 +42,8 @@ class Route(NamedTuple):
 
 # The call span's and the metric's attributes of a call that went another way than HTTP (stdio).
 _LOCAL_ROUTE: Final = {t.NETWORK_TRANSPORT: t.PIPE}
+# What the call span (ours, or the outer one enriched) says of the call: the conventions' operation.
+_CALL_OPERATION: Final = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL}
 
 
 def route_of(
@@ -50,22 +53,20 @@ def route_of(
     protocol_version: str | None,
     session_id: str | None,
 ) -> Route:
-    """The route of a request over HTTP: the session id (legacy era) is hashed, never held raw."""
-    metric: dict[str, str | int] = {t.NETWORK_TRANSPORT: t.TCP, t.NETWORK_PROTOCOL_NAME: t.HTTP}
+    """The route of a request over HTTP: the session id (legacy era) is hashed, never held raw. The
+    operation metric's attributes hold the conventions' operation too (the call span has it from
+    its start)."""
+    spans: dict[str, str | int] = {t.NETWORK_TRANSPORT: t.TCP, t.NETWORK_PROTOCOL_NAME: t.HTTP}
     if protocol_version is not None:
-        metric[t.MCP_PROTOCOL_VERSION] = protocol_version
+        spans[t.MCP_PROTOCOL_VERSION] = protocol_version
     if endpoint is not None:
-        metric[t.SERVER_ADDRESS] = endpoint.address
-        metric[t.SERVER_PORT] = endpoint.port
-    spans = dict(metric)
+        spans[t.SERVER_ADDRESS] = endpoint.address
+        spans[t.SERVER_PORT] = endpoint.port
+    metric = {**_CALL_OPERATION, **spans}
     if session_id is not None:
         spans[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
     post_span, post_metric = http.request(endpoint) if endpoint is not None else ({}, {})
     return Route(endpoint, spans, metric, post_span, post_metric)
-
-
-# What the call span (ours, or the outer one enriched) says of the call: the conventions' operation.
-_CALL_OPERATION: Final = {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.GEN_AI_OPERATION_NAME: t.EXECUTE_TOOL}
 
 
 def start_call_span(tracer: Tracer, tool: str) -> tuple[Span, bool]:
@@ -148,11 +149,12 @@ def record_operation(
 ) -> None:
     """One `tools/call` request (a round) ended: its point of the MCP conventions' client operation
     duration, with every attribute the conventions give it (each when known)."""
-    metric: dict[str, str | int] = {**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool}
     if route is not None:
-        metric.update(route.metric_attributes)
-    elif local:
-        metric.update(_LOCAL_ROUTE)
+        metric = {**route.metric_attributes, t.GEN_AI_TOOL_NAME: tool}
+    else:
+        metric = {**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool}
+        if local:
+            metric.update(_LOCAL_ROUTE)
     if http_version is not None:
         metric[t.NETWORK_PROTOCOL_VERSION] = http_version
     if failure_type is not None:
