@@ -303,7 +303,8 @@ class ToolCall:
                 self.guard_armed = guard.ended(self.fingerprint, self.effect, failed=True)
         self.server_code = self._server_code(exc) if seen is None else None
         failure_type = error_type(seen or exc, self.server_code)
-        self._operation_ended(failure_type)
+        if self.rows:  # its request was attempted (one refused before it was sent is no request)
+            self._operation_ended(failure_type)
         if self.app_call is not None:  # the app's call ends the span, as its final round ended
             self.app_call.round_ended(self, "failed")
         else:

@@ -349,7 +349,10 @@ def test_each_http_vocabulary_in_a_process_of_its_own(value: str) -> None:
     repository = Path(__file__).resolve().parents[2]
     # With the instrumentation on where it is installed: its own POSTs are what the attempts' names
     # are held against.
-    contrib = importlib.import_module("opentelemetry.instrumentation.httpx")
+    try:
+        contrib = importlib.import_module("opentelemetry.instrumentation.httpx")
+    except ImportError:  # its package needs httpx, which an environment of httpx2 alone lacks
+        contrib = None
     variant = "httpx-on" if hasattr(contrib, PLUGIN_LINE.http_instrumentor) else "httpx-off"
     cases = f"vocabulary_in_force or {variant} and (clean_call or 429_then_200 or cut_changes)"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", cases]
@@ -616,3 +619,24 @@ async def test_an_outer_mcp_client_span_is_enriched_only_when_it_is_this_call_s(
     else:  # the plugin's own call span, under the app's
         assert scope(call) == t.INSTRUMENTATION_NAME and parent_id(call) == outer.context.span_id
         assert t.VERDICT not in (outer.attributes or {}) and not outer.events
+
+
+async def test_a_call_refused_before_it_was_sent_is_no_operation_point(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The operation duration times a request: the repeat guard's refusal sent none, so it has a
+    call span (its record, `repeat-of-unknown`) and no point."""
+    from otel_mcp_replay import RepeatRefusedError
+
+    instrument(servers=declared(server, {"charge": {"changes": True}}))
+    server.faults.add("charge", DropAfterExecution())
+    async with Client(server.url, mode="legacy") as client:
+        with pytest.raises(UnknownEffectError):
+            await client.call_tool("charge", {"amount": 7})
+        with pytest.raises(RepeatRefusedError):
+            await client.call_tool("charge", {"amount": 7})
+    assert server.counters.executions("charge") == 1 and server.counters.tool_posts("charge") == 1
+    calls = [s for s in telemetry.spans() if is_mcp_operation(s)]
+    assert [(s.attributes or {}).get(t.DECLINED) for s in calls] == [None, "repeat-of-unknown"]
+    (metric,) = check_operation(telemetry, t.ERROR_TYPE, unknown=frozenset({t.NETWORK_PROTOCOL_VERSION}))
+    assert metric[t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError"
