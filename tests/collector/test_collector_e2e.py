@@ -518,6 +518,23 @@ def test_every_jaeger_query_in_the_docs_returns_what_it_says(
             if found != finds:
                 wrong.append((path.name, tags, sorted(found), sorted(finds)))
     assert wrong == []
+    # Counted per query: what an MCP-operation query (kind CLIENT, mcp.method.name = tools/call)
+    # answers is one span per call, its call span, however many attempts the call made: attempt
+    # spans carry no mcp.method.name, so one answers no such query at all.
+    spans = [s for trace in jaeger.find(SERVICE) for s in otlp_spans_of(jaeger, trace["traceID"])]
+    operations = [
+        s
+        for s in spans
+        if s["kind"] == "CLIENT" and s["attributes"].get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD
+    ]
+    attempts = [s for s in spans if t.ATTEMPT in s["attributes"]]
+    assert len(operations) == len(call_spans(spans)) == 4 and len(attempts) > len(operations), (
+        len(operations),
+        len(attempts),
+    )
+    found = [trace["traceID"] for trace in jaeger.find(SERVICE, {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD})]
+    assert len(found) == len({s["trace_id"] for s in operations})
+    assert jaeger.find(SERVICE, {t.MCP_METHOD_NAME: t.TOOLS_CALL_METHOD, t.ATTEMPT: "1"}) == []
     # README: `error=true` finds nothing on this Jaeger's memory store, though spans failed.
     stored = [s for trace in jaeger.find(SERVICE) for s in otlp_spans_of(jaeger, trace["traceID"])]
     assert any(s["status"]["code"] == "ERROR" for s in stored)
