@@ -24,7 +24,14 @@ from otel_mcp_replay.attempt import Attempt as Attempt
 from otel_mcp_replay.attempt import next_attempt
 from otel_mcp_replay.attempt import series_effect as series_effect
 from otel_mcp_replay.call_span import Route as Route
-from otel_mcp_replay.call_span import end_call_span, error_type, record_operation, start_call_span, type_name
+from otel_mcp_replay.call_span import (
+    end_call_span,
+    error_type,
+    own_call_span,
+    record_operation,
+    start_call_span,
+    type_name,
+)
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
 from otel_mcp_replay.call_span import route_of as route_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
@@ -269,6 +276,8 @@ class ToolCall:
         `server_code` its JSON-RPC code), or its call failed with `error` while polling it (an
         UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
         round of (rounds.py)."""
+        if not self.span.is_recording():  # an outer span, which timed its creating request, ended
+            self.outlives_its_request()
         self.settled(verdict, may_have_run=isinstance(error, UnknownEffectError))
         app_call = self.app_call
         if app_call is not None:  # filed: its app's call ends the span with this verdict
@@ -327,6 +336,19 @@ class ToolCall:
             return None
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
+
+    def outlives_its_request(self) -> None:
+        """It went on past its request (a task-backed call, tasks.py) and past the outer
+        instrumentation's span, which timed that request and ended with it (fastmcp's around a
+        `call_tool_task` handle): that span can no longer be written, so its record and outcome go on
+        a span of its own, under that one, from its start (its polls' attempts stayed under it)."""
+        app_call = self.app_call
+        if app_call is not None:
+            app_call.outlives_its_request()
+            self.span, self.context = app_call.span or self.span, app_call.context or self.context
+        elif not self.owns_span:
+            self.span = own_call_span(self.runtime.tracer, self.tool, self.span)
+            self.owns_span, self.context = True, trace.set_span_in_context(self.span)
 
     def _operation_ended(self, failure_type: str | None) -> None:
         """Its request (one round of a multi-round call) ended: one point of the operation duration."""

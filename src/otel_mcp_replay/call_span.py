@@ -76,12 +76,21 @@ def start_call_span(tracer: Tracer, tool: str) -> tuple[Span, bool]:
     outer = outer_call_span(tool)
     if outer is not None:
         return outer, False
-    span = tracer.start_span(
+    return own_call_span(tracer, tool), True
+
+
+def own_call_span(tracer: Tracer, tool: str, outer: Span | None = None) -> Span:
+    """The plugin's own client span of one tool call: in the current context, or under `outer`,
+    the outer instrumentation's span of it, from that span's start (a task-backed call outlives the
+    creating request that span times: tasks.py)."""
+    context = None if outer is None else trace.set_span_in_context(outer)
+    return tracer.start_span(
         f"{t.CALL_SPAN_PREFIX} {tool}",
-        kind=SpanKind.CLIENT,
-        attributes={**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool},
+        context,
+        SpanKind.CLIENT,
+        {**_CALL_OPERATION, t.GEN_AI_TOOL_NAME: tool},
+        start_time=getattr(outer, "start_time", None),
     )
-    return span, True
 
 
 def outer_call_span(tool: str) -> Span | None:

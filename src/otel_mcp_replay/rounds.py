@@ -17,7 +17,7 @@ from opentelemetry.trace import Span
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import series_effect
-from otel_mcp_replay.call_span import Route, end_call_span, error_type, start_call_span
+from otel_mcp_replay.call_span import Route, end_call_span, error_type, own_call_span, start_call_span
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallVerdict, Effect
@@ -78,6 +78,13 @@ class AppCall:
         assert self.context is not None
         self.rounds += 1
         return self.rounds, self.span, self.context
+
+    def outlives_its_request(self) -> None:
+        """Its round went on past its request and an outer span that ended with it (a task-backed
+        call): a span of its own from now on, under that one (call.ToolCall.outlives_its_request)."""
+        if self.span is not None and not self.owned:
+            self.span = own_call_span(self.runtime.tracer, self.tool, self.span)
+            self.owned, self.context = True, trace.set_span_in_context(self.span)
 
     def round_ended(self, call: Round, verdict: CallVerdict, *, filed: bool = True) -> None:
         self.last = (call, verdict)

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from pydantic_ai.mcp import MCPToolset
 from tests.support.task_server import running_task_server
-from tests.support.telemetry import Telemetry, records
+from tests.support.telemetry import OLD_HTTP_STATUS, Telemetry, records
 
 from harness.faults import DropAfterExecution, DropBeforeExecution, Throttle
 from harness.server import ServerHandle
@@ -159,6 +159,18 @@ def _call_span(telemetry: Telemetry, tool: str) -> ReadableSpan:
     return found[0]
 
 
+def _error_type_is(call_span: ReadableSpan, expected: str) -> None:
+    """The call's error.type: the plugin's word on its own span. fastmcp's span of the call, which the
+    plugin enriches, is written by fastmcp as its call ends, after the plugin (docs/contract.md): its
+    own error.type stands there."""
+    value = (call_span.attributes or {}).get(t.ERROR_TYPE)
+    scope = call_span.instrumentation_scope
+    if scope is not None and scope.name == t.INSTRUMENTATION_NAME:
+        assert value == expected, (value, expected)
+    else:
+        assert value is not None
+
+
 def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
     assert parent.context is not None
     parent_id = parent.context.span_id
@@ -166,8 +178,20 @@ def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
 
 
 def _posts(telemetry: Telemetry, call_span: ReadableSpan) -> list[ReadableSpan]:
-    """The attempt spans under the call span: its creating request's, then its polls'."""
-    spans = [s for s in _children(telemetry, call_span) if s.name == "POST"]
+    """The attempt spans under the call span: its creating request's, then its polls'. Under an outer
+    MCP client span of the call that ended before its task (fastmcp's around a `call_tool_task`
+    handle), the call span is the plugin's own under it, and the attempts stayed under that one."""
+    holders = [call_span]
+    outer = [
+        s
+        for s in telemetry.spans()
+        if call_span.parent is not None and s.context.span_id == call_span.parent.span_id
+    ]
+    if outer and outer[0].kind is SpanKind.CLIENT:
+        same_call = (t.MCP_METHOD_NAME, t.GEN_AI_TOOL_NAME)
+        if all((outer[0].attributes or {}).get(k) == (call_span.attributes or {}).get(k) for k in same_call):
+            holders.append(outer[0])
+    spans = [s for holder in holders for s in _children(telemetry, holder) if s.name == "POST"]
     return sorted(spans, key=lambda s: s.start_time or 0)
 
 
@@ -268,7 +292,8 @@ async def test_throttled_polls(
     assert server.counters.executions("charge") == 1
     record = _task_record(telemetry)
     posts = _posts(telemetry, _call_span(telemetry, "charge"))
-    assert [(p.attributes or {}).get(t.HTTP_STATUS_CODE) for p in posts].count(429) == throttles
+    # The HTTP instrumentation's default names (OTEL_SEMCONV_STABILITY_OPT_IN unset): the old status key.
+    assert [(p.attributes or {}).get(OLD_HTTP_STATUS) for p in posts].count(429) == throttles
     if throttles == 1:
         assert record[t.VERDICT] == "completed"
     else:
@@ -326,8 +351,7 @@ async def test_polls_cut_past_the_attempts_then_the_apps_recall(
     assert server.counters.executions("charge") == 1
     record = _task_record(telemetry)
     assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
-    span = _call_span(telemetry, "charge")
-    assert (span.attributes or {})[t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError"
+    _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
 async def test_compatibility_too(
@@ -366,8 +390,9 @@ async def test_a_task_that_ends_badly(
     assert server.counters.executions(tool) == 1
     record = _task_record(telemetry, tool)
     assert (record[t.VERDICT], record[t.TASK_STATUS], record[t.MAY_HAVE_RUN]) == (verdict, status, False)
-    span = _call_span(telemetry, tool).attributes or {}
-    assert span[t.ERROR_TYPE] == error_type
+    call_span = _call_span(telemetry, tool)
+    _error_type_is(call_span, error_type)
+    span = call_span.attributes or {}
     if verdict == "failed":
         assert span[t.RPC_RESPONSE_STATUS_CODE] == "-32042"
 
@@ -393,7 +418,7 @@ async def test_a_cancelled_task(instrumented: ServerHandle, driver: Driver, tele
     record = _task_record(telemetry, "slow")
     assert (record[t.VERDICT], record[t.TASK_STATUS]) == ("failed", "cancelled")
     assert task_id not in _exported(telemetry)  # fastmcp's message names it: "Task <id> was cancelled"
-    assert (_call_span(telemetry, "slow").attributes or {})[t.ERROR_TYPE] == "cancelled"
+    _error_type_is(_call_span(telemetry, "slow"), "cancelled")
 
 
 def _first_polled_task(server: ServerHandle) -> str:
