@@ -205,8 +205,8 @@ class Attempt:
             self.error_type = type_name(error)
         if outcome.effect != "none":
             call.sent += 1
-            if outcome.status == 0 and outcome.failure == "network":
-                call.unanswered = True  # no response at all (a received refusal is never this)
+            if outcome.failure == "network":  # (at an exchange's end: no whole response)
+                call.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
             call.answer_came = True
         call.final_error = error  # the final error is the latest attempt's (None: a response)
@@ -218,8 +218,11 @@ class Attempt:
         self.wait_ms, self.declined = wait_ms, declined
         self.repeated = self.outcome.failure is not None and declined is None
         call = self.call
-        if not self.repeated and self.outcome.status and call.delivered is None:
-            call.delivered = self.outcome.status  # the attempt the SDK was handed: the first word stands
+        outcome = self.outcome
+        if not self.repeated and outcome.status and outcome.failure != "network" and call.delivered is None:
+            # The attempt the SDK was handed: the first word stands. A body cut is never handed on
+            # (the SDK gets the error, or what ends this one call).
+            call.delivered = outcome.status
         if self.outcome.effect is not None:
             self._done()
         else:

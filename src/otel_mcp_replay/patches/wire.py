@@ -160,7 +160,7 @@ async def tool_exchange(
     version = http_version(response)
     try:
         outcome, reply = await outcome_of(http, declaration, response, attempt if watch_body else None)
-    except http.module.TransportError as exc:  # the body was cut: as good as no response
+    except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
     if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
