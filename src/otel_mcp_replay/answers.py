@@ -76,14 +76,14 @@ def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
     """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else: what the
     SDK reads as a response, from the whole text (a response begun and then garbled, or two
     messages in one, the SDK refuses: so does this)."""
-    found = _message_of(payload)
+    found = message_of(payload)
     return None if found is ASKS else found  # type: ignore[return-value]
 
 
-ASKS: Final = True  # _message_of: a request of the server's (it asks the client something)
+ASKS: Final = True  # message_of: a request of the server's (it asks the client something)
 
 
-def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
+def message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
     """answer_of, or ASKS for a request the server sends the client. A message is read as the SDK's
     models (mcp_types' JSONRPCResponse, JSONRPCError, JSONRPCRequest; 1.x's alike) take one: the
     envelope `"jsonrpc": "2.0"`; an id that is an integer (never a bool or a float) or a string,
@@ -91,22 +91,36 @@ def _message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | boo
     an integer code and a string message; a request's string method. Its JSON is parsed whole by
     pydantic's parser, which is the SDK's, at a small cost per byte (the SDK's own validation of the
     same message costs twenty times more)."""
-    message = json_message(payload)
-    if type(message) is not dict or message.get("jsonrpc") != "2.0" or "id" not in message:
+    try:  # json_message, inline: it is read once per answer
+        message = _fast_json(payload, cache_strings="keys")  # type: ignore[misc]
+    except (ValueError, TypeError):  # (TypeError too when pydantic is absent: None is no parser)
+        message = _stdlib_message(payload)
+    if type(message) is not dict:
         return None
-    request_id = message["id"]
-    id_type = type(request_id)
-    if id_type is not int and id_type is not str and request_id is not None:
+    get = message.get
+    if get("jsonrpc") != "2.0":
         return None
-    if "result" in message:
-        return (request_id, "result") if type(message["result"]) is dict and request_id is not None else None
-    error = message.get("error")
-    if error is not None:
-        if type(error) is dict and type(error.get("code")) is int and type(error.get("message")) is str:
-            return request_id, "error"
+    request_id = get("id", _ABSENT)
+    if type(request_id) not in _ID_TYPES:  # an integer or a string: a response's, or a request's
+        if request_id is None and "error" in message:  # an error that could not name the request
+            return _error_of(message, None)
         return None
-    if type(message.get("method")) is str and request_id is not None:
-        return ASKS
+    result = get("result", _ABSENT)
+    if result is not _ABSENT:
+        return (request_id, "result") if type(result) is dict else None
+    if "error" in message:
+        return _error_of(message, request_id)
+    return ASKS if type(get("method")) is str else None
+
+
+_ABSENT: Final = object()  # a key the message does not have
+_ID_TYPES: Final = (int, str)  # exactly these: a bool or a float is no id to the SDK's models
+
+
+def _error_of(message: dict[str, Any], request_id: object) -> tuple[object, Answer] | None:
+    error = message["error"]
+    if type(error) is dict and type(error.get("code")) is int and type(error.get("message")) is str:
+        return request_id, "error"
     return None
 
 
@@ -135,7 +149,7 @@ class EventWatch:
         name, data = event.event, event.data
         if name == "message":
             if data:
-                found = _message_of(data)
+                found = message_of(data)
                 if found is ASKS:
                     self.asked = True
                 elif found is not None:

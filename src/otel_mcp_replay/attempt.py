@@ -126,6 +126,7 @@ class Attempt:
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     wire = 0  # times its request was handed to the connection (patches/wire.py)
     stream_cut = False  # its answer's stream was cut, not ended
+    body_cut = False  # its response's body was cut as the exchange read it (a JSON body, a stream read ahead)
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
     _token: Token[Context] | None = None  # its context, attached while it is exchanged
@@ -201,12 +202,15 @@ class Attempt:
         call = self.call
         if http_version is not None:
             self.http_version = call.http_version = http_version
-        if error is not None and outcome.status == 0:
-            self.error_type = type_name(error)
+        if error is not None:
+            if outcome.status:  # a response came, and its body was cut
+                self.body_cut = True
+            else:
+                self.error_type = type_name(error)
         if outcome.effect != "none":
             call.sent += 1
-            if outcome.status == 0 and outcome.failure == "network":
-                call.unanswered = True  # no response at all (a received refusal is never this)
+            if outcome.failure == "network":  # (at an exchange's end: no whole response)
+                call.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
             call.answer_came = True
         call.final_error = error  # the final error is the latest attempt's (None: a response)
@@ -218,8 +222,10 @@ class Attempt:
         self.wait_ms, self.declined = wait_ms, declined
         self.repeated = self.outcome.failure is not None and declined is None
         call = self.call
-        if not self.repeated and self.outcome.status and call.delivered is None:
-            call.delivered = self.outcome.status  # the attempt the SDK was handed: the first word stands
+        if not self.repeated and self.outcome.status and call.delivered is None and not self.body_cut:
+            # The attempt the SDK was handed: the first word stands. A body cut is never handed on
+            # (the SDK gets the error, or what ends this one call).
+            call.delivered = self.outcome.status
         if self.outcome.effect is not None:
             self._done()
         else:

@@ -87,7 +87,7 @@ class ToolCall:
     round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
     # The request's replay facts:
     sent = 0  # times the request was sent
-    unanswered = False  # an attempt got no response at all (a received refusal is never this)
+    unanswered = False  # an attempt got no whole response: none at all, or its body cut
     delivered: int | None = None  # the status of the response the SDK was handed
     answer_came = False  # the JSON-RPC response to its id arrived
     error_answered = False  # ... and it was a JSON-RPC error (its code, the SDK's error's, is the server's)

@@ -33,7 +33,7 @@ from otel_mcp_replay.telemetry import (
 # What a 2xx reply said of the request's JSON-RPC answer, as the seam read it:
 # "result"/"error": the answer to this id came; "other": the body held no answer to this id;
 # "later": it comes on a stream still to be read; "accepted": a 202, no answer will follow on it;
-# "cut": the body was cut before it was whole.
+# "cut": the body was cut before it was whole (its connection lost: `network`, with its status).
 Reply = Literal["result", "error", "other", "later", "accepted", "cut"]
 Answer = Literal["result", "error"]
 
@@ -299,8 +299,8 @@ def classify(
         return _ANSWERED_200 if status == 200 else Outcome(status, None, "applied", answered=True)
     if reply == "error":
         return Outcome(status, "error", "unknown", answered=True)
-    if reply == "cut":
-        return NO_RESPONSE  # the response never arrived whole: as good as none
+    if reply == "cut":  # the response came, and its body was cut: kept with its status, as a cut stream is
+        return Outcome(status, "network", "unknown")
     if reply == "accepted":  # a 202: a response came, and no answer will follow on it
         return Outcome(status, "error", "unknown")
     return Outcome(status, "error", "unknown")  # no answer to this id

@@ -51,8 +51,12 @@ def test_an_attempt_sent_without_a_result_is_unknown(status: int, reply: str | N
     assert outcome.answered == (reply == "error")
 
 
-def test_a_cut_body_is_as_good_as_no_response() -> None:
-    assert classify(200, "cut") == NO_RESPONSE == Outcome(0, "network", "unknown")
+def test_a_cut_body_keeps_its_status_as_a_cut_stream_does() -> None:
+    """One truth per fact (issue 40): a response came, and its connection was lost before its
+    answer, whether it was a JSON body or an event stream: its status, `network`, `unknown`."""
+    assert classify(200, "cut") == Outcome(200, "network", "unknown")
+    assert classify(200, "cut") == classify(200, "later").after_stream(None, cut=True)
+    assert classify(200, "cut") != NO_RESPONSE  # that is no response at all: status 0
 
 
 def test_an_answer_still_to_come_leaves_the_effect_open_until_the_stream_says() -> None:

@@ -19,7 +19,9 @@ from tests.support.telemetry import Telemetry, records
 from harness.client import Client, McpError
 from harness.faults import DropMidBody, JsonRpcError
 from harness.framing import Compressed, Encoding, PrimingEvents
+from harness.sdk import LINE as SDK_LINE
 from harness.server import AppKind, ServerHandle, running_server
+from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
@@ -141,3 +143,57 @@ async def test_a_compressed_answer_cut_mid_body_is_repeated_as_the_law_permits(
     assert (record[t.SENT], record[t.VERDICT]) == (2, "completed")
     assert record[t.ATTEMPTS_FAILURE] == ("network", "")
     assert record[t.ATTEMPTS_EFFECT] == ("unknown", "applied")
+
+
+# -- one truth per fact: what is known depends on what happened, never on the declaration --
+
+BIG = 2 * 1024 * 1024  # over mcp 2.x's cap on one event (1 MiB); 1.x has none
+
+
+@pytest.mark.parametrize("reading", list(READINGS))
+async def test_a_large_answer_is_recorded_as_the_sdk_read_it_whatever_the_declaration(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, reading: str
+) -> None:
+    """A 2 MB answer on an event stream: where the SDK's reader takes it (mcp 1.x), the call
+    completed and its record says `applied`; where the reader refuses it over its cap (mcp 2.x), the
+    caller never got the answer and the record says it never came. The same either way the series
+    reads the stream: the law decides repeats, never what is known."""
+    instrument(servers=declared(server, {"bulk": READINGS[reading]}))
+    async with Client(server.url, mode="legacy") as client:
+        with anyio.fail_after(30):
+            try:
+                result = await client.call_tool("bulk", {"size": BIG})
+            except UnknownEffectError:
+                result = None
+    assert server.counters.executions("bulk") == 1 == server.counters.tool_posts("bulk")
+    (record,) = records(telemetry)
+    if SDK_LINE == 2:  # the SDK refused the event: no answer reached the caller
+        assert result is None
+        assert (record[t.EFFECT], record[t.VERDICT], record[t.MAY_HAVE_RUN]) == ("unknown", "failed", True)
+        assert (record[t.ATTEMPTS_STATUS], record[t.ATTEMPTS_FAILURE]) == ((200,), ("error",))
+    else:
+        assert result is not None and len(result.content[0].text) == BIG
+        assert (record[t.EFFECT], record[t.VERDICT], record[t.ATTEMPTS_FAILURE]) == (
+            "applied",
+            "completed",
+            ("",),
+        )
+
+
+@pytest.mark.parametrize("app_kind", ["streamable", "streamable-json"])
+async def test_a_response_cut_mid_body_keeps_its_status_whatever_its_framing(
+    app_kind: AppKind, telemetry: Telemetry, instrument: Any, mode: str
+) -> None:
+    """The tool ran and its answer was cut half-way, in a JSON body or an event stream: a response
+    came (200) and its connection was lost before the answer (`network`), never repeated here (no
+    tool names `network`); the caller is told it may have run."""
+    with running_server(app_kind) as server:
+        instrument(servers=declared(server, {"search": {}}))
+        server.faults.add("search", DropMidBody())
+        async with Client(server.url, mode=mode) as client:
+            with anyio.fail_after(20), pytest.raises(UnknownEffectError):
+                await client.call_tool("search", {"query": "q"})
+        assert server.counters.executions("search") == 1 == server.counters.tool_posts("search")
+    (record,) = records(telemetry)
+    assert (record[t.ATTEMPTS_STATUS], record[t.ATTEMPTS_FAILURE]) == ((200,), ("network",))
+    assert (record[t.EFFECT], record[t.MAY_HAVE_RUN]) == ("unknown", True)

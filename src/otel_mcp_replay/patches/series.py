@@ -240,13 +240,9 @@ async def _handed(
         # to the SDK would tear mcp 1.x's whole session down under its other calls; a 202 ends it.
         await response.aclose()
         return http.module.Response(202, request=request)
-    if (
-        final.status == 0
-        and error is not None
-        and final.effect != "none"
-        and req.declaration.policy == "app-authorized"
-    ):
-        # Fail this call, not the session: the SDK would tear the whole transport down.
+    if error is not None and final.effect != "none" and req.declaration.policy == "app-authorized":
+        # No response, or one whose body was cut: fail this call, not the session (the SDK would
+        # tear the whole transport down).
         if sse is not None:  # the SDK would wait for an answer on the GET stream forever: end the call now
             sse.waiting.pop(req.body["id"], None)
             call.stop(error)

@@ -22,7 +22,6 @@ from otel_mcp_replay.answers import EventWatch
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import Answer
-from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -97,15 +96,14 @@ def watch_event_stream(
             return
         connections.announced(client, post_url, stream)
 
-    # A stream the client resumed for a call: 2.x takes its first answer for the call's, whatever its id.
-    any_id = LINE.stream_answers_its_request
-
     def on_answer(request_id: object, kind: Answer) -> None:
         waiter = waiting.pop(request_id, None)
         if waiter is not None:
             waiter.answered(kind)
-        elif call is not None and call.declaration is not None and (any_id or request_id == call.request_id):
-            call.answered(kind)  # the answer on the stream the client resumed for this call
+        elif call is not None and call.declaration is not None:
+            # A stream the client resumed for this call: both lines take its first answer for the
+            # call's, whatever its id (their transports write the call's id into it).
+            call.answered(kind)
 
     def on_end(error: BaseException | None) -> None:
         for request_id in list(waiting):

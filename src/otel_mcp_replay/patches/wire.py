@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import anyio
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import EventWatch, Replay, Tee, answer_of
+from otel_mcp_replay.answers import EventWatch, Replay, Tee, message_of
 from otel_mcp_replay.attempt import Attempt, AttemptsCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.law import NOT_PERMITTED, Answer, Decision, Declined, Outcome, Repeat, Reply, classify
@@ -160,7 +160,7 @@ async def tool_exchange(
     version = http_version(response)
     try:
         outcome, reply = await outcome_of(http, declaration, response, attempt if watch_body else None)
-    except http.module.TransportError as exc:  # the body was cut: as good as no response
+    except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
     if reply == "other" and http.resolves_lost_answers and declaration.policy == "app-authorized":
@@ -234,8 +234,8 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
         return "accepted"
     if content_type.startswith("application/json"):
         content = await response.aread()  # as the client decoded it; a cut raises its TransportError
-        found = answer_of(content)
-        return found[1] if found is not None and found[0] == attempt.call.request_id else "other"
+        found = message_of(content)  # (id, kind), else no answer
+        return found[1] if type(found) is tuple and found[0] == attempt.call.request_id else "other"
     if content_type.startswith("text/event-stream"):
         request_id = attempt.call.request_id
 
