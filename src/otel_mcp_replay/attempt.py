@@ -126,6 +126,9 @@ class Attempt:
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     wire = 0  # times its request was handed to the connection (patches/wire.py)
     stream_cut = False  # its answer's stream was cut, not ended
+    # Whether its answer's absence can be known: an event stream's only once its watch saw the SDK
+    # read it to the end (the plugin turned off or on again meanwhile, the SDK reads it unseen).
+    reading_seen = True
     body_cut = False  # its response's body was cut as the exchange read it (a JSON body, a stream read ahead)
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
@@ -248,6 +251,7 @@ class Attempt:
         """The delivered attempt's stream ended before its answer (`error`: it was cut; `declined`:
         why the law repeats no cut of it). The client may resume it on a new stream where the answer
         still comes, so it stays AWAITING until the call ends (abandon)."""
+        self.reading_seen = True
         if self.state == "awaiting" and error is not None:
             if declined is not None:
                 self.declined = declined

@@ -241,7 +241,9 @@ class ToolCall:
         tells it: patches/carrier.py). A 2xx whose answer never came leaves the SDK's call waiting,
         for its read timeout or for ever; where the caller is owed `UnknownEffectError`
         (app-authorized), the call is ended now."""
-        if not self.abandoned and self.app_authorized and self.accepted_without_answer:
+        attempt = self.attempt
+        seen = attempt is None or attempt.reading_seen  # else the SDK read its answer unseen, if any
+        if not self.abandoned and self.app_authorized and self.accepted_without_answer and seen:
             self.stop(self.final_error if self.final_error is not None else lost_answer())
 
     # -- the end --

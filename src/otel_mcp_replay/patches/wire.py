@@ -251,6 +251,7 @@ async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Rep
         def on_end(error: BaseException | None) -> None:
             attempt.stream_ended(http.cut(error), declined)
 
+        attempt.reading_seen = False  # until its watch sees the SDK's reading end (on_end)
         http.watch(response, EventWatch(on_answer, on_end))
         if isinstance(after_a_cut, Repeat) and isinstance(response.stream, http.module.AsyncByteStream):
             await until_answer(http, response)
