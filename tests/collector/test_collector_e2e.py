@@ -423,13 +423,22 @@ def test_two_tiers_route_each_trace_whole_to_exactly_one_of_two_gateways(
         by_agent, by_gateway = accepted(agent), [accepted(g) for g in gateways]
         sent = [exported(g) for g in gateways]
         calls = sum(len(run.seen) for run in runs)
+        # The call span and one POST per POST the server got, for each call.
+        posts = Counter[tuple[str, str]]()
+        for run in runs:
+            posts.update(run.posts)
         stored: list[dict[str, list[SpanDict]]] = []
+        whole: dict[str, list[list[str]]] = {}
 
         def stored_whole() -> bool:
-            # Jaeger's own batch: read again until every call is there (a hang guard, not the verdict).
-            nonlocal stored
+            # Jaeger's own batches: a call's span can be stored before an attempt span of its trace,
+            # so read again until every call is there and whole (a hang guard, not the verdict: the
+            # asserts below judge the last read).
+            nonlocal stored, whole
             stored = [traces_in_jaeger(j) for j in jaegers]
-            return sum(len(call_spans(s)) for found in stored for s in found.values()) >= calls
+            whole = problems_by_tool(stored, posts)
+            found = sum(len(problems) for problems in whole.values())
+            return found >= calls and all(p == [] for problems in whole.values() for p in problems)
 
         o.wait_until(stored_whole, ARRIVAL_GUARD_S, interval=0.5)
     # Nothing lost, nothing doubled: each span the agent took reached one gateway and left it once.
@@ -441,9 +450,19 @@ def test_two_tiers_route_each_trace_whole_to_exactly_one_of_two_gateways(
     ids = [set(found) for found in stored]
     assert ids[0] and ids[1] and not ids[0] & ids[1], [sorted(i) for i in ids]
     # Each call's trace whole where it was stored: the call span and one POST per POST the server got.
-    posts = Counter[tuple[str, str]]()
-    for run in runs:
-        posts.update(run.posts)
+    assert {tool: len(problems) for tool, problems in whole.items()} == {
+        "search": 2 * AGENT_RUNS,
+        "charge": AGENT_RUNS,
+        "send_email": AGENT_RUNS,
+    }
+    assert all(problems == [] for found in whole.values() for problems in found), whole
+
+
+def problems_by_tool(
+    stored: Sequence[Mapping[str, list[SpanDict]]], posts: Counter[tuple[str, str]]
+) -> dict[str, list[list[str]]]:
+    """For each tool, what keeps each of its calls stored in the Jaegers from being whole (the agent
+    ran AGENT_RUNS times: each call's POSTs are the server's count over the runs)."""
     whole: dict[str, list[list[str]]] = {}
     for found in stored:
         for spans in found.values():
@@ -451,12 +470,7 @@ def test_two_tiers_route_each_trace_whole_to_exactly_one_of_two_gateways(
                 tool = str(call["attributes"][t.GEN_AI_TOOL_NAME])
                 per_call = posts[(endpoint_of(call), tool)] // AGENT_RUNS
                 whole.setdefault(tool, []).append(whole_call(spans, tool, per_call))
-    assert {tool: len(problems) for tool, problems in whole.items()} == {
-        "search": 2 * AGENT_RUNS,
-        "charge": AGENT_RUNS,
-        "send_email": AGENT_RUNS,
-    }
-    assert all(problems == [] for found in whole.values() for problems in found), whole
+    return whole
 
 
 def test_the_agent_without_a_resolver_is_refused_at_start(bins: o.Binaries, tmp_path: Path) -> None:
