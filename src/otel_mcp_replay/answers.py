@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-from otel_mcp_replay.law import Answer
+from otel_mcp_replay.evidence import Answer
 
 _fast_json: Callable[..., Any] | None
 try:  # the Rust JSON parser pydantic (so the mcp SDK) parses every message with: wherever mcp is

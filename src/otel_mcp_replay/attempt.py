@@ -22,8 +22,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call_span import Route, type_name
+from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
-from otel_mcp_replay.law import GIVEN_UP, NO_RESPONSE, Answer, Outcome, Permission, classify
+from otel_mcp_replay.law import Permission
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import DeclinedReason, Effect

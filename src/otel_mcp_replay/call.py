@@ -37,8 +37,8 @@ from otel_mcp_replay.call_span import route_of as route_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
+from otel_mcp_replay.evidence import Answer, classify
 from otel_mcp_replay.guard import CONFIRMED
-from otel_mcp_replay.law import Answer, classify
 from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
 from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
 from otel_mcp_replay.rounds import AppCall as AppCall

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Outcome, Permission, Target, permit
+from otel_mcp_replay.evidence import Outcome
+from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Permission, Target, permit
 from otel_mcp_replay.settings import MIN_RATIO, Settings
 
 BACKOFF_BASE_MS: Final = 200

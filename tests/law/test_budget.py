@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mcp_replay.declaration import COMPATIBILITY
-from otel_mcp_replay.law import MAX_RETRY_AFTER_MS, Declined, Outcome, Target, retry_after_ms
+from otel_mcp_replay.evidence import MAX_RETRY_AFTER_MS, Outcome, retry_after_ms
+from otel_mcp_replay.law import Declined, Target
 from otel_mcp_replay.policy import (
     BACKOFF_CAP_MS,
     ENDPOINTS_KEPT,

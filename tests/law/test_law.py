@@ -10,16 +10,7 @@ from hypothesis import strategies as st
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration, declaration_of
-from otel_mcp_replay.law import (
-    PROTOCOL,
-    TASK_POLL,
-    Declined,
-    FailureKind,
-    Permission,
-    Repeat,
-    Target,
-    permit,
-)
+from otel_mcp_replay.law import PROTOCOL, TASK_POLL, Declined, FailureKind, Permission, Repeat, Target, permit
 
 FAILURES: tuple[FailureKind, ...] = ("throttle", "session-busy", "network", "error")
 

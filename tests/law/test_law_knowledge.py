@@ -12,12 +12,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt, next_attempt
 from otel_mcp_replay.call import ToolCall, series_effect
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.law import (
-    NO_RESPONSE,
-    NOT_SENT,
-    Outcome,
-    classify,
-)
+from otel_mcp_replay.evidence import NO_RESPONSE, NOT_SENT, Outcome, classify
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.telemetry import Effect
 

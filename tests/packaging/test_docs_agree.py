@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from otel_mcp_replay.law import classify
+from otel_mcp_replay.evidence import classify
 from otel_mcp_replay.telemetry import FAILURES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -22,15 +22,8 @@ from otel_mcp_replay.attempt import Attempt, AttemptsCall, next_attempt
 from otel_mcp_replay.call import Route, ToolCall, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
-from otel_mcp_replay.law import (
-    BUDGET,
-    Declined,
-    Outcome,
-    Permission,
-    Target,
-    permit,
-    target_of,
-)
+from otel_mcp_replay.evidence import Outcome
+from otel_mcp_replay.law import BUDGET, Declined, Permission, Target, permit, target_of
 from otel_mcp_replay.patches.carrier import Carriage
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
 from otel_mcp_replay.patches.wire import (

@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 from otel_mcp_replay.answers import EventWatch
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.law import Answer
+from otel_mcp_replay.evidence import Answer
 from otel_mcp_replay.runtime import Runtime
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.answers import EventWatch, Replay, Tee, message_of
 from otel_mcp_replay.attempt import Attempt, AttemptsCall
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.law import NOT_PERMITTED, Answer, Decision, Declined, Outcome, Repeat, Reply, classify
+from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
+from otel_mcp_replay.law import NOT_PERMITTED, Decision, Declined, Repeat
 from otel_mcp_replay.lines import LINE
 
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
