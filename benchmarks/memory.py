@@ -32,7 +32,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, rss_kib, section_main, server_process
 from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
-from otel_mcp_replay.call import Attempt, ToolCall
+from otel_mcp_replay.attempt import Attempt
+from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.patches.sse import SseStream
 from otel_mcp_replay.policy import ENDPOINTS_KEPT
 

@@ -124,6 +124,10 @@ def _error_of(message: dict[str, Any], request_id: object) -> tuple[object, Answ
     return None
 
 
+def _no_answer(answer_id: object, kind: Answer) -> None:
+    """What a watch tells of an answer once its stream ended: nothing."""
+
+
 class EventWatch:
     """One response's event stream, told event by event as the SDK's own reader yields it (the
     HTTP library's `EventSource`, over the body as the client decoded it: patches/wire.py's
@@ -136,13 +140,16 @@ class EventWatch:
     `endpoint` event announces a message endpoint (the legacy SSE transport's first).
     """
 
-    __slots__ = ("_on_answer", "_on_end", "_on_endpoint", "asked")
+    __slots__ = ("_on_answer", "_on_end", "_on_endpoint", "asked", "ended")
 
     def __init__(
         self, on_answer: OnAnswer, on_end: OnEnd | None = None, on_endpoint: OnEndpoint | None = None
     ) -> None:
         self._on_answer, self._on_end, self._on_endpoint = on_answer, on_end, on_endpoint
         self.asked = False  # an event of the stream asked the client something (a server request)
+        # Its reading was seen to its end: only then is an answer's absence known (the plugin turned
+        # off or on again meanwhile, the SDK reads the stream unseen).
+        self.ended = False
 
     def event(self, event: Any) -> None:
         """One event (a `ServerSentEvent` of the line's reader), before the SDK reads it."""
@@ -173,6 +180,8 @@ class EventWatch:
         self._end(None)
 
     def _end(self, error: BaseException | None) -> None:
+        self.ended = True
+        self._on_answer = _no_answer  # no answer counts past the end; its listener is let go
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             on_end(error)

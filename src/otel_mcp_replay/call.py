@@ -1,10 +1,11 @@
 """One tool call: the request it sent, its attempts (attempt.py), its record, and how it ends.
 
 The rule: a call is given up (`abandon`) when the caller has its outcome or stopped waiting:
-nothing more is sent for it, and an attempt still open is settled as what is known of it. Its
-record is filed once, as it ends; its span ends then (call_span.py), or with the app's call it is a
-round of (rounds.py). Nothing here reads a value of the call: no arguments, no result, no key, no
-URL path.
+nothing more is sent for it, and an attempt still open is settled as what is known of it. It ends
+in one place (`_ended`): its record filed once, from its request's ledger (replay.RequestReplay,
+which its attempts write and it only reads), its request's point of the operation duration, and
+its span's outcome (call_span.CallSpan.end), or its app's call's, which it is a round of
+(rounds.py). Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
 """
 
 from __future__ import annotations
@@ -15,21 +16,15 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
-from opentelemetry import trace
-from opentelemetry.context import Context
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import answer_of
-from otel_mcp_replay.attempt import Attempt as Attempt
-from otel_mcp_replay.attempt import next_attempt
-from otel_mcp_replay.attempt import series_effect as series_effect
-from otel_mcp_replay.call_span import Route as Route
+from otel_mcp_replay.attempt import Attempt, open_attempt
 from otel_mcp_replay.call_span import (
-    end_call_span,
+    CallSpan,
+    Route,
     error_type,
-    own_call_span,
     record_operation,
-    start_call_span,
     type_name,
 )
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
@@ -40,10 +35,11 @@ from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.evidence import Answer, classify
 from otel_mcp_replay.guard import CONFIRMED
 from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
-from otel_mcp_replay.record import AttemptRow, RecordRefused, call_record
+from otel_mcp_replay.record import RecordRefused, call_record
+from otel_mcp_replay.replay import RequestReplay
 from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect, TaskStatus
+from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, TaskStatus
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -55,26 +51,32 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 UNKNOWN_REQUEST_ID: Final = "unknown"
 
 
+class CallTask:
+    """A task-backed call's task (tasks.py): its id as the server named it (never exported), its
+    keyed hash as the record says it, the last status seen of it, and the error.type of a task that
+    ended failed or cancelled."""
+
+    __slots__ = ("failure", "hash", "id", "status")
+
+    def __init__(self, task_id: str, hashed: str, status: TaskStatus) -> None:
+        self.id, self.hash, self.status = task_id, hashed, status
+        self.failure: str | None = None
+
+
 class ToolCall:
     """One `call_tool`: its span, the request it sent, its attempts, and how it ends.
 
-    It holds its request's replay facts too (the spec's RequestReplay), in two layers kept apart:
-    what HTTP showed (sent, no response at all, the status the SDK was handed), and whether the
-    JSON-RPC answer to its id arrived. Its attempts (attempt.py) write them, and the seams only ask;
-    for the delivered status, the first word stands. Not thread-safe: one call's owners take turns
-    on one event loop.
+    Its request's replay facts are its ledger's (`replay`, replay.RequestReplay), written by its
+    attempts; the seams tell the call what they saw through its named steps. Not thread-safe: one
+    call's owners take turns on one event loop.
     """
 
     # What most calls never change starts as a class attribute (one store fewer per call each).
-    # The request, once the HTTP seam saw it leave (bind), or the id stdio sent it under:
-    request_id: object = None
+    # The request, once the HTTP seam saw it leave (bind):
     declaration: Declaration | None = None
     endpoint = UNKNOWN_ENDPOINT  # the declared label, else the origin: never a path
     attempt: Attempt | None = None  # the open one
-    attempts = 0
-    final_error: BaseException | None = None  # the transport error of the last unanswered attempt
     abandoned = False
-    effect: Effect = "none"  # of the whole series so far: series_effect of its attempts
     _abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
     scope: anyio.CancelScope | None = None  # set while the seam can stop the call
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
@@ -85,28 +87,10 @@ class ToolCall:
     _releases: list[Callable[[], object]] | None = None
     app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
     round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
-    # The request's replay facts:
-    sent = 0  # times the request was sent
-    unanswered = False  # an attempt got no whole response: none at all, or its body cut
-    delivered: int | None = None  # the status of the response the SDK was handed
-    answer_came = False  # the JSON-RPC response to its id arrived
-    error_answered = False  # ... and it was a JSON-RPC error (its code, the SDK's error's, is the server's)
     refusal: Any = None  # the error status response the SDK was handed (its body may be a JSON-RPC error)
-    route: Route | None = None  # where its request went, once the HTTP seam saw it
-    # Its attempts record http.client.request.duration: the HTTP client instrumentation, which their
-    # spans suppress, is on (read once per call, as its request leaves).
-    records_http_duration = False
-    http_version: str | None = None  # of the latest response
     server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
-    may_have_run = False  # it failed as "may have run" (UnknownEffectError)
+    task: CallTask | None = None  # a task-backed call's task (tasks.py)
     local = False  # it went another way than HTTP (stdio, in-process)
-    # A task-backed call's (tasks.py): its task, as the server named it (never exported), the last
-    # status seen of it, and the error.type of a task that ended failed or cancelled.
-    task_id: str | None = None
-    task_hash = ""  # its keyed hash, as the record says it
-    task_status: TaskStatus | None = None
-    task_failure: str | None = None
-    owns_span = True  # the plugin made its span (else the outer instrumentation's, which ends it)
 
     def __init__(
         self,
@@ -125,28 +109,27 @@ class ToolCall:
             self.repeat_confirmed = True
         self.started_ns = time.perf_counter_ns()  # its request's operation duration (a round's own)
         if app_call is None:
-            self.span, self.owns_span = start_call_span(runtime.tracer, tool)
-            self.context: Context = trace.set_span_in_context(self.span)
+            self.call_span = CallSpan(runtime.tracer, tool)
         else:  # a round of the app's call: its span, its next round number
             self.app_call = app_call
-            self.round, self.span, self.context = app_call.next_round()
-        self.rows: list[AttemptRow] = []
+            self.round, self.call_span = app_call.next_round()
+        self.replay = RequestReplay()
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str, route: Route) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
-        self.request_id, self.declaration, self.endpoint = request_id, declaration, endpoint
-        self.route = route  # its span says it as the call ends (end_call_span), in one write
-        self.records_http_duration = http_instrumented()
+        self.declaration, self.endpoint = declaration, endpoint
+        replay = self.replay
+        replay.id = request_id
+        replay.records_http_duration = http_instrumented()
+        self.call_span.route = route  # its span says it as the call ends, in one write
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
-        if self.app_call is not None:
-            self.app_call.route = route
 
     # -- what the seams tell it --
 
     def sent_as(self, request_id: object) -> None:
         """Its request left under `request_id` by a way the HTTP seam does not see (stdio)."""
-        self.request_id = request_id
+        self.replay.id = request_id
 
     def fingerprinted(self, fingerprint: bytes | None) -> None:
         """The repeat guard's hash of it (a changing call without its key), told as it ends."""
@@ -166,33 +149,20 @@ class ToolCall:
         declaration = self.declaration
         return declaration is not None and declaration.policy == "app-authorized"
 
-    @property
-    def accepted_without_answer(self) -> bool:
-        """The HTTP layer took the request (a 2xx), and its JSON-RPC answer never arrived."""
-        return self.delivered is not None and 200 <= self.delivered < 300 and not self.answer_came
-
-    @property
-    def uncertain(self) -> bool:
-        """Under `app-authorized`: the call genuinely lacked an answer somewhere (an attempt got no
-        response, or a 2xx whose answer never came), so if it fails it fails as "may have run".
-        A chain of received refusals and errors is an answer throughout: it keeps the server's error.
-        """
-        return self.app_authorized and (self.unanswered or self.accepted_without_answer)
-
     # -- its answer, on the connection's own stream --
 
     def answered(self, kind: Answer) -> None:
         """The answer to this call's request was seen on the connection's own stream (SSE)."""
         if self.attempt is not None:
-            self.attempt.answered(kind)
+            self.attempt.heard(kind)
         else:
-            self.answer_came = True
+            self.replay.answer_came = True
 
     def stream_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
         it never will."""
         if self.attempt is not None:
-            self.attempt.stream_lost(cut)
+            self.attempt.heard(None, lost=cut)
 
     # -- giving up --
 
@@ -232,7 +202,7 @@ class ToolCall:
         answer that will never come, or must not send at all); `declined` says why it was not sent."""
         self.stopped_with = error
         if declined is not None:
-            self.span.set_attribute(t.DECLINED, declined)
+            self.call_span.span.set_attribute(t.DECLINED, declined)
         if self.scope is not None:
             self.scope.cancel()
 
@@ -242,9 +212,12 @@ class ToolCall:
         for its read timeout or for ever; where the caller is owed `UnknownEffectError`
         (app-authorized), the call is ended now."""
         attempt = self.attempt
-        seen = attempt is None or attempt.reading_seen  # else the SDK read its answer unseen, if any
-        if not self.abandoned and self.app_authorized and self.accepted_without_answer and seen:
-            self.stop(self.final_error if self.final_error is not None else lost_answer())
+        # An event stream's missing answer is known only once its watch saw the SDK read it to the end.
+        watch = attempt.watch if attempt is not None else None
+        seen = watch is None or watch.ended
+        replay = self.replay
+        if not self.abandoned and self.app_authorized and replay.accepted_without_answer and seen:
+            self.stop(replay.final_error if replay.final_error is not None else lost_answer())
 
     # -- the end --
 
@@ -252,18 +225,16 @@ class ToolCall:
         """The SDK returned `result`: settle, file the record, end the span."""
         self.abandon()
         verdict, claimed = verdict_of(result)
+        failure_type = t.TOOL_ERROR if verdict == "tool-error" else None
         if self.app_call is not None and claimed:
             # A client extension's own shape: its claim's resolver finishes it after this returns, so
             # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
-            self._operation_ended(None)  # its request itself was answered
+            self.request_ended(None)  # its request itself was answered
             self.app_call.round_ended(self, verdict, filed=False)
             return
         self.settled(verdict)
-        self._operation_ended(t.TOOL_ERROR if verdict == "tool-error" else None)
-        if self.app_call is not None:
-            self.app_call.round_ended(self, verdict)
-        else:
-            self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
+        self.request_ended(failure_type)
+        self._ended(verdict, failure_type)
 
     def settled(self, verdict: CallVerdict, *, may_have_run: bool = False) -> None:
         """Its result came (`verdict` says how the call ended): file it; tell the repeat guard.
@@ -271,55 +242,54 @@ class ToolCall:
         self._file(verdict, may_have_run)
         if self.fingerprint is not None and self.runtime.guard is not None:
             failed = verdict == "failed"
-            self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.effect, failed=failed)
+            self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.replay.effect, failed=failed)
 
     def task_ended(self, verdict: CallVerdict, error: BaseException | None = None) -> None:
-        """Its task reached its terminal status (`verdict` says how; `task_failure` its error.type,
-        `server_code` its JSON-RPC code), or its call failed with `error` while polling it (an
-        UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
+        """Its task reached its terminal status (`verdict` says how; its task's `failure` its
+        error.type, `server_code` its JSON-RPC code), or its call failed with `error` while polling it
+        (an UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
         round of (rounds.py)."""
-        if not self.span.is_recording():  # an outer span, which timed its creating request, ended
-            self.outlives_its_request()
+        if not self.call_span.span.is_recording():  # an outer span, which timed its creating request, ended
+            self.call_span.outlives_its_request(self.runtime.tracer, self.tool)
         self.settled(verdict, may_have_run=isinstance(error, UnknownEffectError))
         app_call = self.app_call
         if app_call is not None:  # filed: its app's call ends the span with this verdict
             app_call.last, app_call.unfiled = (self, verdict), None
         elif error is not None:
-            self._end(verdict, type_name(error))
+            self._ended(verdict, type_name(error))
         else:
-            self._end(verdict, t.TOOL_ERROR if verdict == "tool-error" else self.task_failure)
+            failure = self.task.failure if self.task is not None else None
+            self._ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else failure)
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
         `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
+        replay = self.replay
         # The caller's own: its cancellation, or the SDK's error for its read timeout.
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc)
         stopped = self.stopped_with
-        if stopped is not None and not self.rows:  # refused before anything was sent
+        if stopped is not None and not replay.rows:  # refused before anything was sent
             self._file("failed", False)
             seen = None if cancelled else stopped
         else:
             # A caller that gave up sees its own cancellation, never "may have run".
-            uncertain = self.uncertain and not cancelled
+            uncertain = replay.uncertain(self.app_authorized) and not cancelled
             self._file("failed", uncertain)
             if uncertain:
                 seen = UnknownEffectError(self.tool)
-                seen.__cause__ = self.final_error if self.final_error is not None else exc
+                seen.__cause__ = replay.final_error if replay.final_error is not None else exc
             elif stopped is not None and not cancelled:
                 seen = stopped  # the server's refusal, which the SDK would not have raised in time
             guard = self.runtime.guard
             if self.fingerprint is not None and guard is not None:
-                self.guard_armed = guard.ended(self.fingerprint, self.effect, failed=True)
+                self.guard_armed = guard.ended(self.fingerprint, replay.effect, failed=True)
         self.server_code = self._server_code(exc) if seen is None else None
         failure_type = error_type(seen or exc, self.server_code)
-        if self.rows:  # its request was attempted (one refused before it was sent is no request)
-            self._operation_ended(failure_type)
-        if self.app_call is not None:  # the app's call ends the span, as its final round ended
-            self.app_call.round_ended(self, "failed")
-        else:
-            self._end("failed", failure_type)
+        if replay.rows:  # its request was attempted (one refused before it was sent is no request)
+            self.request_ended(failure_type)
+        self._ended("failed", failure_type)
         return seen
 
     def _server_code(self, exc: BaseException) -> int | None:
@@ -329,7 +299,7 @@ class ToolCall:
         code = getattr(getattr(exc, "error", None), "code", None)
         if type(code) is not int or not isinstance(exc, LINE.error_base()):
             return None
-        if self.error_answered:
+        if self.replay.error_answered:
             return code
         refusal = self.refusal
         try:
@@ -339,108 +309,91 @@ class ToolCall:
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
 
-    def outlives_its_request(self) -> None:
-        """It went on past its request (a task-backed call, tasks.py) and past the outer
-        instrumentation's span, which timed that request and ended with it (fastmcp's around a
-        `call_tool_task` handle): that span can no longer be written, so its record and outcome go on
-        a span of its own, under that one, from its start (its polls' attempts stayed under it)."""
-        app_call = self.app_call
-        if app_call is not None:
-            app_call.outlives_its_request()
-            self.span, self.context = app_call.span or self.span, app_call.context or self.context
-        elif not self.owns_span:
-            self.span = own_call_span(self.runtime.tracer, self.tool, self.span)
-            self.owns_span, self.context = True, trace.set_span_in_context(self.span)
-
-    def _operation_ended(self, failure_type: str | None) -> None:
+    def request_ended(self, failure_type: str | None) -> None:
         """Its request (one round of a multi-round call) ended: one point of the operation duration."""
         record_operation(
             self.runtime,
             self.tool,
             self.started_ns,
-            self.route,
+            self.call_span.route,
             failure_type,
             self.server_code if failure_type is not None else None,
-            self.http_version,
+            self.replay.http_version,
             self.local,
         )
 
-    def _end(self, verdict: CallVerdict, failure_type: str | None) -> None:
-        """The call (not a round of an app's call) ends: its outcome on its span, which ends."""
-        declaration = self.declaration or COMPATIBILITY
+    def _ended(self, verdict: CallVerdict, failure_type: str | None) -> None:
+        """The call ends with `verdict`: its outcome on its span, which ends, and it is counted
+        (call_span.CallSpan.end); a round's end is its app's call's to write, as its final round."""
+        if self.app_call is not None:
+            self.app_call.round_ended(self, verdict)
+            return
+        replay = self.replay
         outcome: dict[str, str | int | bool] = {
-            t.JSONRPC_REQUEST_ID: str(self.request_id),
-            t.POLICY: declaration.policy,
-            t.SENT: self.sent,
-            t.EFFECT: self.effect,
+            t.JSONRPC_REQUEST_ID: str(replay.id),
+            t.POLICY: (self.declaration or COMPATIBILITY).policy,
+            t.SENT: replay.sent,
+            t.EFFECT: replay.effect,
             t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: self.may_have_run,
+            t.MAY_HAVE_RUN: replay.may_have_run,
         }
-        end_call_span(
-            self.span,
-            self.owns_span,
-            self.route,
-            outcome,
-            failure_type,
-            self.server_code,
-            self.http_version,
-            self.local,
+        self.call_span.end(
+            self.runtime, self.tool, outcome, failure_type, self.server_code, replay.http_version, self.local
         )
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
-        self.may_have_run = may_have_run
-        if self.task_id is not None and self.session is not None:  # its task's polls end with it
-            self.runtime.open_tasks.get(self.session, {}).pop(self.task_id, None)
+        self.replay.may_have_run = may_have_run
+        task = self.task
+        if task is not None and self.session is not None:  # its task's polls end with it
+            self.runtime.open_tasks.get(self.session, {}).pop(task.id, None)
         try:
             self._file_record(verdict, may_have_run)
         except Exception:  # the record must never break the caller's call
             self.runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
 
     def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
+        """Its record, built from its ledger and filed once, vouched for to the redaction."""
         if self.declaration is None:
             self._without_http(verdict)
-        declaration = self.declaration or COMPATIBILITY
-        effect = self.effect
+        replay, task = self.replay, self.task
+        span = self.call_span.span
         try:
             record = call_record(
-                policy=declaration.policy,
-                sent=self.sent,
-                effect=effect,
+                policy=(self.declaration or COMPATIBILITY).policy,
+                sent=replay.sent,
+                effect=replay.effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
                 endpoint=self.endpoint,
                 tool=self.tool,
-                request_id=str(self.request_id),
-                rows=self.rows,
+                request_id=str(replay.id),
+                rows=replay.rows,
                 call_round=self.round,
-                task=None if self.task_id is None else (self.task_hash, self.task_status or "working"),
+                task=None if task is None else (task.hash, task.status),
             )
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
-            self.span.add_event(t.RECORD_REFUSED_EVENT)
+            span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)
         else:
-            self.runtime.vouches.file(self.span, record)
-        if self.app_call is None:  # a round is counted with its app's call, once (AppCall.ended)
-            metric: dict[str, str] = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: declaration.policy}
-            metric[t.GEN_AI_TOOL_NAME] = self.tool
-            self.runtime.instruments.calls.add(1, metric)
+            self.runtime.vouches.file(span, record)
 
     def _without_http(self, verdict: CallVerdict) -> None:
         """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
         none, under its session's known policy and endpoint. Else it went another way (stdio,
         in-process): one attempt, never repeated, as it ran."""
-        if self.request_id is None and verdict == "failed":
+        replay = self.replay
+        if replay.id is None and verdict == "failed":
             known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
             if known is None:
                 known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
             self.declaration, self.endpoint = known
-            self.request_id = UNKNOWN_REQUEST_ID
+            replay.id = UNKNOWN_REQUEST_ID
             return
-        if self.request_id is None:
-            self.request_id = UNKNOWN_REQUEST_ID
-        self.endpoint = LOCAL_ENDPOINT
-        self.local = True
-        attempt = next_attempt(self, None)
+        if replay.id is None:
+            replay.id = UNKNOWN_REQUEST_ID
+        self.endpoint, self.local = LOCAL_ENDPOINT, True
         applied = verdict != "failed"
-        attempt.exchanged(classify(0, "result" if applied else "other"))  # no HTTP status: 0
-        attempt.decided(0, None if applied else "not-retryable")
+        # No HTTP status: 0; the call's own end is its one attempt's outcome.
+        open_attempt(self, None).close(
+            0, None if applied else "not-retryable", classify(0, "result" if applied else "other")
+        )

@@ -69,6 +69,45 @@ def route_of(
     return Route(endpoint, spans, metric, post_span, post_metric)
 
 
+class CallSpan:
+    """One call's span, the context its attempts' spans are children in, and where its request
+    went: made by the call (or by the first round of an app's call, whose rounds share it; a task's
+    polls write under it too). It ends once (`end`): the outcome in one write, the call counted."""
+
+    __slots__ = ("context", "owned", "route", "span")
+
+    def __init__(self, tracer: Tracer, tool: str) -> None:
+        self.span, self.owned = start_call_span(tracer, tool)  # owned: the plugin made it, and ends it
+        self.context = trace.set_span_in_context(self.span)
+        self.route: Route | None = None  # where its request went, once the HTTP seam saw it
+
+    def outlives_its_request(self, tracer: Tracer, tool: str) -> None:
+        """The call went on past its request (a task-backed call, tasks.py) and past the outer
+        instrumentation's span, which timed that request and ended with it (fastmcp's around a
+        `call_tool_task` handle): that span can no longer be written, so the call's record and outcome
+        go on a span of its own, under that one, from its start."""
+        if not self.owned:
+            self.span = own_call_span(tracer, tool, self.span)
+            self.owned, self.context = True, trace.set_span_in_context(self.span)
+
+    def end(
+        self,
+        runtime: Runtime,
+        tool: str,
+        outcome: dict[str, str | int | bool],
+        failure_type: str | None,
+        code: int | None,
+        http_version: str | None,
+        local: bool,
+    ) -> None:
+        """The call (a call, or an app's call of rounds) ends with `outcome`, the record's words:
+        its span written once (`end_call_span`), and the call counted once in the calls metric."""
+        metric = {t.VERDICT: outcome[t.VERDICT], t.EFFECT: outcome[t.EFFECT], t.POLICY: outcome[t.POLICY]}
+        metric[t.GEN_AI_TOOL_NAME] = tool
+        end_call_span(self.span, self.owned, self.route, outcome, failure_type, code, http_version, local)
+        runtime.instruments.calls.add(1, metric)
+
+
 def start_call_span(tracer: Tracer, tool: str) -> tuple[Span, bool]:
     """The MCP conventions' client span of one tool call (it stands in for the SDK's own), and
     whether the plugin made it (it ends it then): the outer instrumentation's span of this very

@@ -11,33 +11,37 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Span
-
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.attempt import series_effect
-from otel_mcp_replay.call_span import Route, end_call_span, error_type, own_call_span, start_call_span
+from otel_mcp_replay.call_span import CallSpan, error_type
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
+from otel_mcp_replay.replay import RequestReplay, series_effect
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallVerdict, Effect
+
+
+class EndedTask(Protocol):
+    """What the app's call reads of a round's task (call.CallTask)."""
+
+    @property
+    def failure(self) -> str | None:
+        """The error.type of its task that ended failed or cancelled."""
+        ...
 
 
 class Round(Protocol):
     """What the app's call reads of one of its rounds (call.ToolCall) as the round ends."""
 
-    effect: Effect
-    sent: int
+    replay: RequestReplay  # its request's ledger
     declaration: Declaration | None
-    request_id: object
-    may_have_run: bool
     server_code: int | None
-    http_version: str | None
     local: bool
     fingerprint: bytes | None  # the repeat guard's, told to its store as the app's call ends
     guard_armed: bool | None
-    task_id: str | None  # a task-backed call's (tasks.py): its record is filed at its task's end
-    task_failure: str | None  # ... the error.type of its task that ended failed or cancelled
+
+    @property
+    def task(self) -> EndedTask | None:
+        """A task-backed round's task (tasks.py)."""
+        ...
 
     def settled(self, verdict: CallVerdict) -> None: ...
 
@@ -49,15 +53,14 @@ class AppCall:
     when the app's call returns or raises, its verdict the final round's."""
 
     # Class attributes until a round changes them (one store fewer per call each).
-    span: Span | None = None  # made by the first round: a call that sent none has none
-    owned = True  # the plugin made its span (else an outer instrumentation did, and ends it)
-    context: Context | None = None
+    call_span: CallSpan | None = (
+        None  # made by the first round, shared by all: a call that sent none has none
+    )
     rounds = 0
     last: tuple[Round, CallVerdict] | None = None  # the latest round ended, as it ended
     effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
     mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
     unfiled: Round | None = None  # the latest round, a claimed result the client finishes
-    route: Route | None = None  # where its rounds' requests went (the latest's)
     sent = 0  # requests sent over all its rounds
     # The latest round was answered with InputRequiredResult: the next one continues it, and is never
     # a repeat of it.
@@ -71,37 +74,29 @@ class AppCall:
         the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
         return session is self.session and tool == self.tool and arguments is self.arguments
 
-    def next_round(self) -> tuple[int, Span, Context]:
-        if self.span is None:
-            self.span, self.owned = start_call_span(self.runtime.tracer, self.tool)
-            self.context = trace.set_span_in_context(self.span)
-        assert self.context is not None
+    def next_round(self) -> tuple[int, CallSpan]:
+        """A round begins: its number, and the span all its rounds share."""
+        if self.call_span is None:
+            self.call_span = CallSpan(self.runtime.tracer, self.tool)
         self.rounds += 1
-        return self.rounds, self.span, self.context
-
-    def outlives_its_request(self) -> None:
-        """Its round went on past its request and an outer span that ended with it (a task-backed
-        call): a span of its own from now on, under that one (call.ToolCall.outlives_its_request)."""
-        if self.span is not None and not self.owned:
-            self.span = own_call_span(self.runtime.tracer, self.tool, self.span)
-            self.owned, self.context = True, trace.set_span_in_context(self.span)
+        return self.rounds, self.call_span
 
     def round_ended(self, call: Round, verdict: CallVerdict, *, filed: bool = True) -> None:
         self.last = (call, verdict)
         self.continues = verdict == "input-required"
         self.unfiled = None if filed else call
-        self.effect = series_effect(self.effect, call.effect)
-        self.sent += call.sent
+        self.effect = series_effect(self.effect, call.replay.effect)
+        self.sent += call.replay.sent
 
     def ended(self, error: BaseException | None, result: object = None) -> None:
         """The app's call returned `result` (`error` None) or raised `error`: end its span, count it
         once, and file a round the client finished itself (a claimed result) as the call ended."""
-        span, last = self.span, self.last
-        if span is None:
+        call_span, last = self.call_span, self.last
+        if call_span is None:
             return  # no round began: nothing was sent, nothing to say
         if last is None:  # not reached: every round ends (patches/session.py), but never leave a span open
-            if self.owned:
-                span.end()
+            if call_span.owned:
+                call_span.span.end()
             return
         call, verdict = last
         # The app's call is over: its last round, which refers back to it, is let go now, so both
@@ -119,27 +114,18 @@ class AppCall:
             t.SENT: self.sent,
             t.EFFECT: self.effect,
             t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: call.may_have_run and error is not None,
+            t.MAY_HAVE_RUN: call.replay.may_have_run and error is not None,
             t.POLICY: policy,
-            t.JSONRPC_REQUEST_ID: str(call.request_id),
+            t.JSONRPC_REQUEST_ID: str(call.replay.id),
         }
         task_failed = error is None and verdict == "failed"  # its task ended failed or cancelled
         code = call.server_code if error is not None or task_failed else None
-        failure_type: str | None = call.task_failure if task_failed else None
+        task = call.task
+        failure_type = task.failure if task_failed and task is not None else None
         if error is not None:
             failure_type = error_type(error, code)
         elif verdict == "tool-error":
             failure_type = t.TOOL_ERROR
-        end_call_span(
-            span,
-            self.owned,
-            self.route,
-            outcome,
-            failure_type,
-            code,
-            call.http_version,
-            call.local,
-        )
-        self.runtime.instruments.calls.add(
-            1, {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
+        call_span.end(
+            self.runtime, self.tool, outcome, failure_type, code, call.replay.http_version, call.local
         )

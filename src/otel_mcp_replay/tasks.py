@@ -17,18 +17,16 @@ import hmac
 from typing import Any, Final
 
 import anyio
-from opentelemetry.context import Context
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt
-from otel_mcp_replay.call import ToolCall
-from otel_mcp_replay.call_span import Route, record_operation
+from otel_mcp_replay.call import CallTask, ToolCall
+from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.errors import UnknownEffectError
 from otel_mcp_replay.lines import LINE, http_instrumented
-from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.redaction.task_ids import TASK_IDS
+from otel_mcp_replay.replay import RequestReplay
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import Effect
 
 # The open task-backed calls one session keeps: past it, the oldest (a task handle its app never
 # drove to the end) ends as its caller stopped waiting.
@@ -64,15 +62,15 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
     if found is None or session is None:
         return False
     call.abandon()  # its request is over: its attempts are settled
-    call.task_id, call.task_status = found
-    TASK_IDS.saw(found[0])  # a credential to the redaction from now on
-    call.task_hash = hashed_task_id(rt.session_key, found[0])
+    task_id, status = found
+    TASK_IDS.saw(task_id)  # a credential to the redaction from now on
+    call.task = CallTask(task_id, hashed_task_id(rt.session_key, task_id), status)
     calls: dict[str, ToolCall] = rt.open_tasks.setdefault(session, {})
-    calls[found[0]] = call
+    calls[task_id] = call
     if len(calls) > MAX_OPEN_PER_SESSION:
         calls[next(iter(calls))].task_ended("failed")  # the oldest: its caller stopped waiting
     app_call = call.app_call
-    record_operation(rt, call.tool, call.started_ns, call.route, None, None, call.http_version, call.local)
+    call.request_ended(None)  # its creating request: one point of the operation duration
     if app_call is not None:  # its app's call files it if no poll of its does (AppCall.ended)
         app_call.round_ended(call, "completed", filed=False)
     return True
@@ -85,27 +83,17 @@ def open_call(rt: Runtime, session: object, task_id: str) -> ToolCall | None:
 
 
 class TaskPoll:
-    """One `tasks/get` of an open task-backed call, as the HTTP seam's series sends it (it is the
-    `attempt.AttemptsCall` of its attempts): its attempts are `POST` spans under the call's span."""
+    """One `tasks/get` of an open task-backed call, as the HTTP seam's series sends it (the
+    `attempt.AttemptsOwner` of its attempts): its attempts are `POST` spans under the call's span,
+    written to a ledger of its own (a poll files no record)."""
 
-    request_id: object = None
     attempt: Attempt | None = None
-    attempts = 0
-    effect: Effect = "none"
-    final_error: BaseException | None = None
-    http_version: str | None = None
-    error_answered = False
-    sent = 0
-    unanswered = False
-    delivered: int | None = None
-    answer_came = False
 
     def __init__(self, runtime: Runtime, call: ToolCall) -> None:
         self.runtime, self.call, self.tool = runtime, call, call.tool
-        self.context: Context = call.context
-        self.route: Route | None = call.route
-        self.records_http_duration = call.route is not None and http_instrumented()
-        self.rows: list[AttemptRow] = []  # its attempts' rows: a poll files no record
+        self.call_span: CallSpan = call.call_span
+        self.replay = RequestReplay()
+        self.replay.records_http_duration = call.call_span.route is not None and http_instrumented()
 
     async def wait_unless_abandoned(self, delay_ms: int) -> bool:
         """Sleep `delay_ms` before the next attempt (a poll is of the 2026-07-28 era, whose caller's
@@ -124,15 +112,16 @@ def _still_open(call: ToolCall) -> bool:
     """`call` is open yet: no other poll of its task (a handle's `status()` beside its `result()`)
     ended it meanwhile, nor its app's call."""
     calls = call.runtime.open_tasks.get(call.session) if call.session is not None else None
-    return calls is not None and call.task_id is not None and calls.get(call.task_id) is call
+    return calls is not None and call.task is not None and calls.get(call.task.id) is call
 
 
 def status_seen(call: ToolCall, result: object) -> None:
     """A poll of `call`'s task was answered with `result`: a terminal status ends the call."""
     status = getattr(result, "status", None)
-    if status not in t.TASK_STATUSES or not _still_open(call):
+    task = call.task
+    if status not in t.TASK_STATUSES or not _still_open(call) or task is None:
         return  # no task's answer, or another's ended it: nothing more to say
-    call.task_status = status
+    task.status = status
     if status == "completed":
         inline = getattr(result, "result", None)
         is_error = inline.get("isError") if type(inline) is dict else getattr(inline, "is_error", None)
@@ -142,10 +131,10 @@ def status_seen(call: ToolCall, result: object) -> None:
         code = error.get("code") if type(error) is dict else getattr(error, "code", None)
         if type(code) is int:
             call.server_code = code
-        call.task_failure = str(code) if type(code) is int else _NO_CODE
+        task.failure = str(code) if type(code) is int else _NO_CODE
         call.task_ended("failed")
     elif status == "cancelled":
-        call.task_failure = t.TASK_CANCELLED
+        task.failure = t.TASK_CANCELLED
         call.task_ended("failed")
 
 
@@ -157,8 +146,9 @@ def poll_failed(call: ToolCall, poll: TaskPoll, exc: BaseException) -> BaseExcep
     if isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc):
         call.task_ended("failed", exc)  # it stopped waiting: the task may run on
         return None
-    error = UnknownEffectError(call.tool, task_id=call.task_id)
-    error.__cause__ = poll.final_error if poll.final_error is not None else exc
+    error = UnknownEffectError(call.tool, task_id=call.task.id if call.task is not None else None)
+    final_error = poll.replay.final_error
+    error.__cause__ = final_error if final_error is not None else exc
     call.task_ended("failed", error)
     return error
 

@@ -9,8 +9,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.attempt import Attempt, next_attempt
-from otel_mcp_replay.call import ToolCall, series_effect
+from otel_mcp_replay.attempt import Attempt, open_attempt
+from otel_mcp_replay.call import ToolCall
+from otel_mcp_replay.replay import RequestReplay, series_effect
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.evidence import NO_RESPONSE, NOT_SENT, Outcome, classify
 from otel_mcp_replay.runtime import Instruments, Runtime
@@ -85,7 +86,7 @@ def test_a_refusal_carries_the_servers_wait() -> None:
 
 
 def knowledge_of(effects: list[Effect]) -> Effect:
-    known = ToolCall.effect  # what a call knows before any attempt
+    known = RequestReplay.effect  # what a request knows before any attempt
     for effect in effects:
         known = series_effect(known, effect)
     return known
@@ -141,28 +142,27 @@ def a_call(*, app_authorized: bool = False) -> ToolCall:
 
 
 def came_to(call: ToolCall, outcome: Outcome, *, repeated: bool = False) -> Attempt:
-    """One attempt of `call`, through the attempt's own transitions: exchanged as `outcome`, then
+    """One attempt of `call`, through the attempt's own steps: exchanged as `outcome`, then
     repeated (the policy's word: a wait) or handed to the SDK (a failure declined by the budget)."""
-    attempt = next_attempt(call, None)
-    attempt.exchanged(outcome)
-    attempt.decided(0, None if repeated or outcome.failure is None else "budget")
+    attempt = open_attempt(call, None)
+    attempt.close(0, None if repeated or outcome.failure is None else "budget", outcome)
     return attempt
 
 
 def test_facts_count_what_was_sent() -> None:
     call = a_call()
-    assert call.sent == 0
+    assert call.replay.sent == 0
     came_to(call, NOT_SENT, repeated=True)  # never reached the connection: not sent
-    assert call.sent == 0
+    assert call.replay.sent == 0
     came_to(call, NO_RESPONSE, repeated=True)
     came_to(call, classify(200, "result"))
-    assert call.sent == 2 and call.delivered == 200 and call.answer_came
+    assert call.replay.sent == 2 and call.replay.delivered == 200 and call.replay.answer_came
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
     call = a_call()
     came_to(call, NO_RESPONSE)
-    assert call.unanswered and not call.uncertain
+    assert call.replay.unanswered and not call.replay.uncertain(call.app_authorized)
 
 
 def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() -> None:
@@ -170,16 +170,16 @@ def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() 
     came_to(call, NO_RESPONSE, repeated=True)
     # A later error answer does not undo the attempt that lacked one.
     came_to(call, classify(200, "error"))
-    assert call.answer_came and call.uncertain
+    assert call.replay.answer_came and call.replay.uncertain(call.app_authorized)
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
     call = a_call(app_authorized=True)
     attempt = came_to(call, classify(200, "later"))  # its answer is still to come on the stream
-    assert call.delivered == 200
-    assert call.accepted_without_answer and call.uncertain
-    attempt.answered("result")
-    assert not call.accepted_without_answer and not call.uncertain
+    assert call.replay.delivered == 200
+    assert call.replay.accepted_without_answer and call.replay.uncertain(call.app_authorized)
+    attempt.heard("result")
+    assert not call.replay.accepted_without_answer and not call.replay.uncertain(call.app_authorized)
 
 
 def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
@@ -187,13 +187,13 @@ def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
     for _ in range(2):
         came_to(call, classify(429, None), repeated=True)
     came_to(call, classify(429, None))
-    assert call.sent == 3 and call.delivered == 429
-    assert not call.uncertain
+    assert call.replay.sent == 3 and call.replay.delivered == 429
+    assert not call.replay.uncertain(call.app_authorized)
 
 
 def test_the_first_delivered_status_stands() -> None:
     call = a_call(app_authorized=True)
     came_to(call, classify(503, None))
     came_to(call, classify(200, "later"))
-    assert call.delivered == 503
-    assert not call.accepted_without_answer
+    assert call.replay.delivered == 503
+    assert not call.replay.accepted_without_answer

@@ -147,7 +147,8 @@ async def test_a_clean_call_leaves_none_of_its_state_in_a_reference_cycle(
     share of the collections (an AppCall and its last round referred to each other: 9 objects a call).
     The answer watch is the SDK's response's, and lives as long as it: on mcp 1.x the SDK's own
     cancelled stream tasks leave each response in a cycle, with the plugin or without."""
-    from otel_mcp_replay.call import AppCall, Attempt, ToolCall
+    from otel_mcp_replay.attempt import Attempt
+    from otel_mcp_replay.call import AppCall, ToolCall
     from otel_mcp_replay.record import AttemptRow
 
     state = (AppCall, Attempt, AttemptRow, ToolCall)

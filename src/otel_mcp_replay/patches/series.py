@@ -16,31 +16,19 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
-from opentelemetry import propagate
 
-from otel_mcp_replay.attempt import Attempt, AttemptsCall, next_attempt
-from otel_mcp_replay.call import Route, ToolCall, route_of
+from otel_mcp_replay.attempt import AttemptsOwner, open_attempt
+from otel_mcp_replay.call import ToolCall
+from otel_mcp_replay.call_span import Route, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
-from otel_mcp_replay.evidence import Outcome
-from otel_mcp_replay.law import BUDGET, Declined, Permission, Target, permit, target_of
+from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Permission, Target, permit, target_of
 from otel_mcp_replay.patches.carrier import Carriage
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
-from otel_mcp_replay.patches.wire import (
-    AFTER_A_CUT,
-    Exchange,
-    HttpLibrary,
-    followed,
-    outcome_of,
-    synthetic_error,
-    tool_exchange,
-)
+from otel_mcp_replay.patches.wire import Exchange, Exchanging, HttpLibrary, outcome_of, synthetic_error
 from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
-
-# How long a cut SSE POST's answer is awaited on the stream: a server that took the request answers
-# there within milliseconds; past this the attempt's effect stays unknown.
-SSE_ANSWER_GRACE_S = 1.0
+from otel_mcp_replay.tasks import TaskPoll
 
 
 class HttpSeam(NamedTuple):
@@ -78,7 +66,7 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
         if latest is not None:
             await latest.aclose()  # released before the next attempt is sent
         latest = await req.exchange_once()
-        outcome, _ = await outcome_of(seam.http, req.declaration, latest)
+        outcome, _, _ = await outcome_of(seam.http, req.declaration, latest)
         rt.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
         if outcome.failure is None:
             return latest  # nothing to decide
@@ -103,9 +91,6 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     """A tool call's request: bound to its call (refused there, unsent, when it must be), its
     attempts, then what the SDK is handed."""
     rt = seam.rt
-    # What the law says of a repeat after a cut: read by the answer watch (wire.py).
-    if not rt.fail_closed:  # failing closed, none is asked: the wire's word is then NOT_PERMITTED
-        AFTER_A_CUT[call] = functools.partial(permit, req.declaration, req.target, "network")
     if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
         declaration = rt.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
@@ -113,18 +98,18 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     origin = rt.origin(req.url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
     # Its first request (a redirect's next hop comes back here too); one refused is never sent.
     if call.declaration is None and await _first_request(seam, call, req, origin):
-        return await _handed(seam.http, call, req, None, None, None)
+        return await _handed(seam.http, call, req, None)
     sse, request_id = req.sse, req.body["id"]
     if sse is not None:  # its answer is awaited on the connection's stream
         sse.waiting[request_id] = call
         call.when_ended(functools.partial(sse.waiting.pop, request_id, None))
     try:
-        final, response, error = await _attempts(seam, call, req, origin)
+        got = await _attempts(seam, call, req, origin, call.wait_unless_abandoned)
     except BaseException:
         if sse is not None:
             sse.waiting.pop(request_id, None)
         raise
-    return await _handed(seam.http, call, req, final, response, error)
+    return await _handed(seam.http, call, req, got)
 
 
 async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> bool:
@@ -154,74 +139,89 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
     return False
 
 
-async def poll_series(seam: HttpSeam, poll: AttemptsCall, req: SeamRequest) -> Any:
+async def poll_series(seam: HttpSeam, poll: TaskPoll, req: SeamRequest) -> Any:
     """A task's poll (`tasks/get`) of a task-backed call (tasks.py): its attempts under the call's
     span, repeated as the law says of a pure read (`req.target` is TASK_POLL); a poll that got no
     response at all is failed alone, never its session (the SDK would tear the transport down)."""
-    if not seam.rt.fail_closed:
-        AFTER_A_CUT[poll] = functools.partial(permit, req.declaration, req.target, "network")
-    poll.request_id = req.body["id"]
-    final, response, error = await _attempts(seam, poll, req, seam.rt.origin(req.url))
-    if final.status == 0 and error is not None and final.effect != "none":
+    poll.replay.id = req.body["id"]
+    got = await _attempts(seam, poll, req, seam.rt.origin(req.url), poll.wait_unless_abandoned)
+    if got.outcome.status == 0 and got.error is not None and got.outcome.effect != "none":
         return synthetic_error(seam.http, req.request, req.body["id"], "no response")
-    if response is None:
-        assert error is not None  # an attempt without a response raised
-        raise error
-    return response
+    if got.response is None:
+        assert got.error is not None  # an attempt without a response raised
+        raise got.error
+    return got.response
 
 
 async def _attempts(
-    seam: HttpSeam, call: AttemptsCall, req: SeamRequest, origin: str
-) -> tuple[Outcome, Any, BaseException | None]:
-    """One loop, read at once: open the attempt (its span), send it, classify what came back, charge
-    the endpoint's bucket, ask the policy, wait; the attempt ends (span, row) as the policy's word on
-    it is told (`decided`). The policy is made at the first failure: an answer decides nothing.
-    Returns the final attempt's outcome, its response, else its transport error."""
+    seam: HttpSeam,
+    owner: AttemptsOwner,
+    req: SeamRequest,
+    origin: str,
+    wait: Callable[[int], Awaitable[bool]],  # the owner's wait before a repeat: False, given up meanwhile
+) -> Exchange:
+    """One loop, read at once: open the attempt (its span), send it (its exchange, classified),
+    charge the endpoint's bucket, ask the policy, wait, and close the attempt with the policy's
+    decision. The policy is made at the first failure: an answer decides nothing. Returns the final
+    attempt's exchange: its response, else its transport error."""
     rt = seam.rt
+    sending = _sending(rt, req)
     permission: Permission | None = None
-    # The latest attempt's response, else its transport error: what the SDK is handed at the end.
-    response: Any = None
-    error: BaseException | None = None
     policy: ReplayPolicy | None = None
+    response: Any = None  # the latest attempt's, closed when another is sent: it will not be delivered
     while True:
-        attempt = next_attempt(call, permission)
+        attempt = open_attempt(owner, permission)
         if response is not None:
-            await response.aclose()  # a response that will not be delivered
-        final, response, error, version = await _attempt(seam.http, attempt, req)
-        rt.budgets.charge(origin, final)
+            await response.aclose()
+        got = await attempt.send(seam.http, sending)
+        response = got.response
+        rt.budgets.charge(origin, got.outcome)
         decision: Wait | Declined | None = None  # an answer decides nothing
-        if final.failure is not None:
+        if got.outcome.failure is not None:
             if policy is None:
                 policy = _policy(rt, req.declaration, req.target, origin)
-            decision, policy = policy.after(final, rt.rng)
-        attempt.exchanged(final, error, version)  # a no-op for a redirect the client follows
+            decision, policy = policy.after(got.outcome, rt.rng)
         if not isinstance(decision, Wait):
-            attempt.decided(0, None if decision is None else decision.reason)
-            return final, response, error
-        if not await call.wait_unless_abandoned(decision.ms):
-            attempt.decided(0, BUDGET.reason)
-            return final, response, error
-        attempt.decided(decision.ms, None)
+            attempt.close(0, None if decision is None else decision.reason)
+            return got
+        if not await wait(decision.ms):
+            attempt.close(0, BUDGET.reason)
+            return got
+        attempt.close(decision.ms, None)
         permission = decision.permission
+
+
+def _sending(rt: Runtime, req: SeamRequest) -> Exchanging:
+    """What every attempt of the request is exchanged with, once: the law's word on a repeat after a
+    cut of its event stream is asked here (failing closed, none is asked: NOT_PERMITTED)."""
+    after_a_cut = NOT_PERMITTED if rt.fail_closed else permit(req.declaration, req.target, "network")
+    return Exchanging(
+        req.request,
+        req.exchange_once,
+        req.declaration,
+        req.body["id"],
+        req.streamable and req.sse is None,  # a 2xx's answer is watched for here, else on the SSE stream
+        after_a_cut,
+        req.sse is not None,
+    )
 
 
 async def _handed(
     http: HttpLibrary,
     call: ToolCall,
     req: SeamRequest,
-    final: Outcome | None,  # None: the request was refused, never sent (the call is stopped with why)
-    response: Any,
-    error: BaseException | None,
+    got: Exchange | None,  # None: the request was refused, never sent (the call is stopped with why)
 ) -> Any:
     """What the SDK is handed once the series is over: the final attempt's response, its error, or
     in their place what ends this one call and never the session."""
     sse, request = req.sse, req.request
-    if final is None:
+    if got is None:
         if req.streamable and http.resolves_lost_answers:  # the SDK resolves this one request with it;
             return synthetic_error(http, request, req.body["id"], "not sent")  # the call seam raises why
         # Nothing sent: the call's scope ends it (mcp 1.x would still be writing a synthetic
         # answer into a session the caller may be closing already).
         return http.module.Response(202, request=request)
+    final, response, error = got.outcome, got.response, got.error
     if (
         call.abandoned
         and req.streamable
@@ -254,27 +254,6 @@ async def _handed(
     if response.status_code >= 400:
         call.refused_with(response)  # its body, once the SDK read it, may be the server's JSON-RPC error
     return response
-
-
-async def _attempt(http: HttpLibrary, attempt: Attempt, req: SeamRequest) -> Exchange:
-    """Send one attempt, under its span, the HTTP client span of its POST: its trace context goes in
-    the POST's headers, and the HTTP client instrumentation makes no second span for it (OpenTelemetry's
-    suppress-HTTP key, as the botocore instrumentation sets it under its client span)."""
-    request, sse = req.request, req.sse
-    watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
-    async with attempt as context:  # a caller that gives up mid-exchange leaves it abandoned
-        propagate.inject(request.headers, context=context)
-        got = await tool_exchange(http, req.exchange_once, request, attempt, req.declaration, watch_body)
-    outcome = got.outcome
-    if 300 <= outcome.status < 400 and followed(got.response, request):
-        attempt.redirected(outcome.status)
-        return got
-    if sse is not None and outcome.status == 0 and outcome.effect == "unknown":
-        # A POST cut after the server took it: its answer may come on the stream all the same.
-        answer = await attempt.answer_within(SSE_ANSWER_GRACE_S)
-        if answer is not None:  # it is the answer, whichever was told first (the POST got none)
-            return Exchange(outcome.after_stream(answer), http.module.Response(202, request=request), None)
-    return got
 
 
 def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:

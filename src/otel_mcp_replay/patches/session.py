@@ -66,7 +66,7 @@ async def call_tool(
     # The round after an InputRequiredResult answers the server's question: never a repeat (what
     # guard.repeat_confirmed() sets, set here only for such a round).
     confirmed = CONFIRMED.set(True) if continues else None
-    otel_token = otel_context.attach(call.context)
+    otel_token = otel_context.attach(call.call_span.context)
     try:
         if id(instance) in streamable_sessions:  # no call of this session can need stopping
             result = await wrapped(*args, **kwargs)
@@ -152,7 +152,7 @@ def sdk_span(
     call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
     span's, and the server's span its child. Every other request keeps the SDK's own span."""
     call = CURRENT_CALL.get()
-    if call is not None and call.request_id is None:
+    if call is not None and call.replay.id is None:
         name = args[0] if args else kwargs.get("name")
         attributes = kwargs.get("attributes")
         if (
@@ -253,7 +253,7 @@ async def _poll(
     its answer read for the task's status; a poll that fails ends that call alone."""
     poll = tasks.TaskPoll(rt, call)
     token = tasks.CURRENT_POLL.set(poll)
-    otel_token = otel_context.attach(call.context)
+    otel_token = otel_context.attach(call.call_span.context)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:

@@ -2,11 +2,12 @@
 
 The rule: what an exchange came to is read in one place (`outcome_of`: the adapter's refusal, a
 2xx's answer, a refusal's Retry-After), for a tool call's attempt and a protocol request alike;
-whether an attempt's request reached the connection is told by the one door past the client's auth
-flow and event hooks (`reached_connection`); what an event stream says is read from the events
-the SDK's own reader yields (`events_read`), over the body as the client decoded it, never from
-its bytes. The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x) alike: what differs is the
-`HttpLibrary` bound in with the runtime, and lines.Line.
+whether an attempt's request reached the connection is written at the one door past the client's
+auth flow and event hooks (`reached_connection`, a `Door` the attempt reads); what an event stream
+says is read from the events the SDK's own reader yields (`events_read`), over the body as the
+client decoded it, never from its bytes, and told to its listener. A leaf: it knows no attempt and
+no call, and tells only what it is handed. The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x)
+alike: what differs is the `HttpLibrary` bound in with the runtime, and lines.Line.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 
 from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.answers import EventWatch, Replay, Tee, message_of
-from otel_mcp_replay.attempt import Attempt, AttemptsCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
-from otel_mcp_replay.law import NOT_PERMITTED, Decision, Declined, Repeat
+from otel_mcp_replay.law import Decision, Declined, Repeat
 from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.telemetry import DeclinedReason
 
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 
@@ -92,12 +93,17 @@ def events_read(
 
 
 async def outcome_of(
-    http: HttpLibrary, declaration: Declaration, response: Any, attempt: Attempt | None = None
-) -> tuple[Outcome, Reply | None]:
-    """What a response came to, classified as any attempt's is, and its reply: the adapter's refusal
-    read from its body, a refusal's Retry-After against the clock of now, and, for a tool call's
-    `attempt` whose 2xx is watched here, what its body says of the answer (None: the body is not
-    read, as a protocol request's is not). A body cut while read raises the client's TransportError."""
+    http: HttpLibrary,
+    declaration: Declaration,
+    response: Any,
+    reading: Exchanging | None = None,
+    listener: Listener | None = None,
+) -> tuple[Outcome, Reply | None, EventWatch | None]:
+    """What a response came to, classified as any attempt's is, its reply and the watch of its
+    event stream: the adapter's refusal read from its body, a refusal's Retry-After against the
+    clock of now, and, for a tool call's attempt whose 2xx is watched here (`reading`, told to
+    `listener`), what its body says of the answer (None: the body is not read, as a protocol
+    request's is not). A body cut while read raises the client's TransportError."""
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
     busy = (
         status != 429
@@ -105,14 +111,17 @@ async def outcome_of(
         and await _session_busy(declaration.adapter, response)
     )
     reply: Reply | None = None
-    if attempt is not None and 200 <= status < 300 and not busy:
-        reply = await _read_reply(http, response, attempt)
+    watch: EventWatch | None = None
+    if reading is not None and listener is not None and 200 <= status < 300 and not busy:
+        reply, watch = await _read_reply(http, response, reading, listener)
     if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
         retry_after = response.headers.get("retry-after")
-        return classify(
-            status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time()
-        ), reply
-    return classify(status, reply), reply
+        return (
+            classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time()),
+            reply,
+            watch,
+        )
+    return classify(status, reply), reply, watch
 
 
 def http_version(response: Any) -> str | None:
@@ -130,6 +139,33 @@ def followed(response: Any, request: Any) -> bool:
     return next_request is not None and next_request.method == request.method
 
 
+class Listener(Protocol):
+    """Who is told what a request's own event stream says of its answer (attempt.Attempt)."""
+
+    def heard(
+        self,
+        answer: Answer | None,
+        *,
+        cut: BaseException | None = None,
+        declined: DeclinedReason | None = None,
+    ) -> None: ...
+
+
+class Exchanging(NamedTuple):
+    """What every attempt of one request is exchanged with, made once per series."""
+
+    request: Any  # the one the SDK handed the client
+    exchange_once: Callable[[], Awaitable[Any]]  # one exchange of it: the client's send as called
+    declaration: Declaration
+    request_id: object
+    watch_body: bool  # a 2xx's answer is watched for here (else on the legacy SSE stream)
+    # What the law says of a repeat after a cut of its event stream (failing closed: NOT_PERMITTED):
+    # where it permits one, the stream is read here until the answer (until_answer), so a cut can be
+    # repeated.
+    after_a_cut: Decision
+    on_connection_stream: bool  # its answer may come on the connection's own stream (legacy SSE)
+
+
 class Exchange(NamedTuple):
     """What one attempt's exchange came to."""
 
@@ -137,30 +173,40 @@ class Exchange(NamedTuple):
     response: Any  # the response it got (None: none)
     error: BaseException | None  # the error it raised
     version: str | None = None  # its response's network.protocol.version (None: no response came)
+    watch: EventWatch | None = None  # its event stream's watch, which sees the SDK read it
 
 
-async def tool_exchange(
-    http: HttpLibrary,
-    exchange_once: Callable[[], Awaitable[Any]],
-    request: Any,
-    attempt: Attempt,
-    declaration: Declaration,
-    watch_body: bool,  # a 2xx's answer is watched for here (else on the legacy SSE stream)
-) -> Exchange:
-    """One attempt's exchange, told."""
-    exchanging = _EXCHANGING.set(_Door(attempt, request))
+class Door:
+    """One attempt's request at the door, `reached_connection`: how often it went to the
+    connection, and each time the HTTP client sent it again of itself (after a response that was no
+    redirect: an auth flow's re-send), with that response's status and when. Written here, read by
+    the attempt: the wire tells no one."""
+
+    __slots__ = ("hops", "last_status", "request", "resends")
+
+    def __init__(self, request: Any) -> None:
+        self.request, self.hops, self.last_status = request, 0, 0
+        self.resends: list[tuple[int, int]] = []  # (status, time_ns) of each re-send
+
+
+async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener: Listener) -> Exchange:
+    """One attempt's exchange: sent, its response read as far as the law needs, classified."""
+    exchanging = _EXCHANGING.set(door)
     try:
-        response = await exchange_once()
+        response = await sending.exchange_once()
     except Exception as exc:
         # Never sent: raised before the request reached the connection (its auth flow, an event hook,
         # building it: `reached_connection` never saw it), or the connection was never made.
-        sent = attempt.wire > 1 or (attempt.wire == 1 and not isinstance(exc, http.not_sent))
+        sent = door.hops > 1 or (door.hops == 1 and not isinstance(exc, http.not_sent))
         return Exchange(classify(0, None, sent=sent), None, exc)
     finally:
         _EXCHANGING.reset(exchanging)
     version = http_version(response)
+    declaration = sending.declaration
     try:
-        outcome, reply = await outcome_of(http, declaration, response, attempt if watch_body else None)
+        outcome, reply, watch = await outcome_of(
+            http, declaration, response, sending if sending.watch_body else None, listener
+        )
     except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
@@ -170,23 +216,13 @@ async def tool_exchange(
         # call lacked its answer, so it ends now, as on 1.x: the SDK resolves it with this error,
         # which the call seam turns into UnknownEffectError.
         await response.aclose()
-        response = synthetic_error(http, request, attempt.call.request_id, "no answer to the request")
-    return Exchange(outcome, response, None, version)
+        response = synthetic_error(http, sending.request, sending.request_id, "no answer to the request")
+    return Exchange(outcome, response, None, version, watch)
 
 
-class _Door:
-    """An attempt's request on its way through the door, `reached_connection`, and the status of
-    the latest response to it there (0: none yet)."""
-
-    __slots__ = ("attempt", "last_status", "request")
-
-    def __init__(self, attempt: Attempt, request: Any) -> None:
-        self.attempt, self.request, self.last_status = attempt, request, 0
-
-
-# The attempt whose request is being exchanged in this context, for `reached_connection` (the SDK's
+# The door of the request being exchanged in this context, for `reached_connection` (the SDK's
 # call to the client's send runs in this very task).
-_EXCHANGING: contextvars.ContextVar[_Door | None] = contextvars.ContextVar(
+_EXCHANGING: contextvars.ContextVar[Door | None] = contextvars.ContextVar(
     "otel_mcp_replay_exchanging", default=None
 )
 
@@ -208,10 +244,14 @@ def reached_connection(
 
 
 async def _hop(
-    door: _Door, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+    door: Door, wrapped: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """One hop of the attempt's request to the connection: told to it, its status kept for the next."""
-    door.attempt.reaching_connection(door.last_status)
+    """One hop of the attempt's request to the connection: counted, and after a response that was
+    no redirect, a re-send of the client's own; its status kept for the next."""
+    previous = door.last_status
+    if previous and not 300 <= previous < 400:  # not a redirect's next hop: a re-send
+        door.resends.append((previous, time.time_ns()))
+    door.hops += 1
     response = await wrapped(*args, **kwargs)
     door.last_status = int(response.status_code)
     return response
@@ -227,49 +267,44 @@ def _same_message(going: Any, request: Any) -> bool:
         return False
 
 
-async def _read_reply(http: HttpLibrary, response: Any, attempt: Attempt) -> Reply:
+async def _read_reply(
+    http: HttpLibrary, response: Any, sending: Exchanging, listener: Listener
+) -> tuple[Reply, EventWatch | None]:
     """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
-    watch an event stream for it as the SDK reads it."""
+    watch an event stream for it as the SDK reads it, telling `listener`."""
     content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
     if response.status_code == 202:
-        return "accepted"
+        return "accepted", None
     if content_type.startswith("application/json"):
         content = await response.aread()  # as the client decoded it; a cut raises its TransportError
         found = message_of(content)  # (id, kind), else no answer
-        return found[1] if type(found) is tuple and found[0] == attempt.call.request_id else "other"
+        return (found[1] if type(found) is tuple and found[0] == sending.request_id else "other"), None
     if content_type.startswith("text/event-stream"):
-        request_id = attempt.call.request_id
+        request_id = sending.request_id
 
         def on_answer(answer_id: object, kind: Answer) -> None:
             if answers_request(answer_id, request_id):
-                attempt.answered(kind)
+                listener.heard(kind)
 
-        law_after_a_cut = AFTER_A_CUT.get(attempt.call)
-        after_a_cut = NOT_PERMITTED if law_after_a_cut is None else law_after_a_cut()
+        after_a_cut = sending.after_a_cut
         # Why a cut of this stream is not repeated, if it is not: the law's word.
         declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
         def on_end(error: BaseException | None) -> None:
-            attempt.stream_ended(http.cut(error), declined)
+            listener.heard(None, cut=http.cut(error), declined=declined)
 
-        attempt.reading_seen = False  # until its watch sees the SDK's reading end (on_end)
-        http.watch(response, EventWatch(on_answer, on_end))
+        watch = EventWatch(on_answer, on_end)
+        http.watch(response, watch)
         if isinstance(after_a_cut, Repeat) and isinstance(response.stream, http.module.AsyncByteStream):
             await until_answer(http, response)
-        return "later"  # what the stream says is what the SDK's reader yields (the watch)
-    return "other"
+        return "later", watch  # what the stream says is what the SDK's reader yields (the watch)
+    return "other", None
 
 
 def answers_request(answer_id: object, request_id: object) -> bool:
     """An answer on a request's own event stream is that request's: by its id on mcp 1.x, whatever
     its id on 2.x, whose transport writes the request's id into it (lines.Line)."""
     return LINE.stream_answers_its_request or answer_id == request_id
-
-
-# Per call, what the law says of a repeat after a `network` failure, asked only of a call whose 2xx is
-# an event stream. Where it permits one, the call's event streams are read here until the answer
-# (until_answer), so a cut can be repeated.
-AFTER_A_CUT: weakref.WeakKeyDictionary[AttemptsCall, Callable[[], Decision]] = weakref.WeakKeyDictionary()
 
 
 async def until_answer(http: HttpLibrary, response: Any) -> None:
