@@ -1,19 +1,38 @@
-"""10. The path of one call: which plugin modules run, in order, during one `call_tool` (issue 20).
+"""10. The path of one call: which plugin modules it calls into, in order, during one `call_tool`
+(issues 20, 32 and 44).
 
 Exact from run to run, like the opcodes: `sys.setprofile` sees every Python function call and
 return of the calling thread during one call on mcp 2.x (streamable HTTP, app-authorized, the
-server's 429 with `Retry-After: 0`, then its 200). The figures: the sequence of otel_mcp_replay
-modules whose functions run (consecutive repeats collapsed), how many modules, how many hops
-between them, and how many calls went back into a plugin module already on the stack (a callback:
-e.g. a loop calling back a closure of the seam that handed it down). Issue 20's goal: at most 8
-modules, at most 25 hops, no call back.
+server's 429 with `Retry-After: 0`, then its 200).
 
-And the count issue 32 names, `call_hops`: the Python calls from a frame of one plugin module into a
-function of another (its caller is the nearest plugin frame below it, by `f_back`, which links a
-resumed coroutine to the one awaiting it); a coroutine resumed after an await is no call, but its
-first start is. `calls` lists them, caller first.
+A real call is a function's frame started: a coroutine's (or generator's) first start is a call, its
+resumption after an await is not. A call's caller is the nearest plugin frame below it (by `f_back`,
+which links a coroutine to the one awaiting it), or none (the SDK, the loop).
 
-Run: `python -m benchmarks.path` (prints the path, then the figures as JSON).
+Issue 44's figures, and its goals (`goal_met`):
+- `call_path`: the plugin modules entered by real calls, in order, consecutive repeats collapsed;
+  `hops` = its length less one. Goal: at most GOAL_HOPS. A real call's module is entered whoever
+  called it (a return enters nothing): a module calling a function of its own after another
+  module's has returned to it enters it again.
+- `segments`: one per attempt. A segment begins at each call of the attempt module's opener
+  (ATTEMPT_OPENER) and runs until the next one, or until the first call made from the call seam
+  (CALL_SEAM) after it; for each, its collapsed call sequence and the modules entered in it, each
+  with the modules that called into it.
+- `entered_twice`: "segment k: module <- {callers}" for each module that, within one segment, two
+  or more different plugin modules call into (its owner may call it as often as it needs; a second
+  module calling into it is the back-and-forth issue 44 wants gone). Goal: none.
+  `entered_twice_strict` is the strict reading, for transparency: the modules that appear twice or
+  more in a segment's collapsed call sequence, whoever called them.
+- `callbacks`: real calls from a frame of one plugin module into another module already on the
+  stack below it (e.g. a loop calling back a closure of the seam that handed it down). Goal: 0.
+
+Beside them: `modules` (how many distinct modules), `calls` and `call_hops` (issue 32's count: the
+real calls from one plugin module into another, caller first, repeats kept), and the figures
+before issue 44, which count a resumed coroutine as a call (each await of an exchange resumed
+through the loop into the wire): `path_with_resumptions`, `hops_with_resumptions` and
+`callbacks_with_resumptions` (issue 20's goal for those was at most 8 modules, 25 hops).
+
+Run: `python -m benchmarks.path` (prints the call path, then the figures as JSON).
 """
 
 from __future__ import annotations
@@ -35,32 +54,108 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from benchmarks._common import NoopExporter
 
 PACKAGE = "otel_mcp_replay"
-GOAL_MODULES = 8
-GOAL_HOPS = 25
+# Issue 44's goals.
+GOAL_HOPS = 45
+GOAL_CALLBACKS = 0
+# The function of the attempt module that opens an attempt (module, names): a call of it begins an
+# attempt's segment. `open_attempt` is the refactored core's name, `next_attempt` the one before it.
+ATTEMPT_OPENER: tuple[str, tuple[str, ...]] = ("attempt", ("open_attempt", "next_attempt"))
+# The seam where a tool call begins and ends: its first call after an attempt ends that attempt's
+# segment (the call is being settled, no longer attempted).
+CALL_SEAM = "patches.session"
+OUTSIDE = "(outside the plugin)"  # the caller of a call no plugin frame is below
+
+
+def _append_collapsed(sequence: list[str], module: str) -> None:
+    if not sequence or sequence[-1] != module:
+        sequence.append(module)
+
+
+@dataclass
+class Segment:
+    """One attempt's stretch of the call: the modules its real calls entered, and from where."""
+
+    path: list[str] = field(default_factory=list)  # consecutive repeats collapsed
+    # Each module entered from another module: the modules that called into it (OUTSIDE for none).
+    callers: dict[str, set[str]] = field(default_factory=dict)
+
+    def enter(self, module: str, caller: str | None) -> None:
+        _append_collapsed(self.path, module)
+        if caller != module:
+            self.callers.setdefault(module, set()).add(OUTSIDE if caller is None else caller)
+
+    def entered_twice(self) -> dict[str, list[str]]:
+        """The modules two or more different plugin modules called into."""
+        found: dict[str, list[str]] = {}
+        for module, callers in sorted(self.callers.items()):
+            plugin = sorted(callers - {OUTSIDE})
+            if len(plugin) > 1:
+                found[module] = plugin
+        return found
+
+    def repeated(self) -> list[str]:
+        """The strict reading: the modules twice or more in the collapsed call sequence."""
+        return sorted({module for module in self.path if self.path.count(module) > 1})
+
+    def figures(self) -> dict[str, Any]:
+        entered = {module: sorted(callers) for module, callers in sorted(self.callers.items())}
+        return {"call_path": self.path, "entered": entered, "repeated": self.repeated()}
 
 
 @dataclass
 class Path:
     """The plugin modules one call ran through, and the calls back into one already on the stack."""
 
-    modules: list[str] = field(default_factory=list)
+    call_path: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # each real call from one plugin module into another
     callbacks: int = 0
-    calls: list[str] = field(default_factory=list)  # each call from one plugin module into another
+    segments: list[Segment] = field(default_factory=list)
+    # Before issue 44: every frame entered, a resumed coroutine's too.
+    path_with_resumptions: list[str] = field(default_factory=list)
+    callbacks_with_resumptions: int = 0
+    executions: int = 0  # the tool's executions on the server, the warm-up call's included
 
     @property
     def hops(self) -> int:
-        return max(0, len(self.modules) - 1)
+        return max(0, len(self.call_path) - 1)
+
+    @property
+    def entered_twice(self) -> list[str]:
+        return [
+            f"segment {k}: {module} <- {{{', '.join(callers)}}}"
+            for k, segment in enumerate(self.segments, 1)
+            for module, callers in segment.entered_twice().items()
+        ]
+
+    @property
+    def entered_twice_strict(self) -> list[str]:
+        return [
+            f"segment {k}: {module}"
+            for k, segment in enumerate(self.segments, 1)
+            for module in segment.repeated()
+        ]
+
+    @property
+    def goal_met(self) -> bool:
+        return self.hops <= GOAL_HOPS and not self.entered_twice and self.callbacks <= GOAL_CALLBACKS
 
     def figures(self) -> dict[str, Any]:
-        distinct = sorted(set(self.modules))
         return {
-            "modules": len(distinct),
             "hops": self.hops,
+            "entered_twice": self.entered_twice,
             "callbacks": self.callbacks,
+            "goal_met": self.goal_met,
+            "goals": {"hops": GOAL_HOPS, "entered_twice": [], "callbacks": GOAL_CALLBACKS},
+            "modules": len(set(self.call_path)),
+            "segments": len(self.segments),
             "call_hops": len(self.calls),
-            "goal_met": len(distinct) <= GOAL_MODULES and self.hops <= GOAL_HOPS and self.callbacks == 0,
-            "path": self.modules,
+            "entered_twice_strict": self.entered_twice_strict,
+            "hops_with_resumptions": max(0, len(self.path_with_resumptions) - 1),
+            "callbacks_with_resumptions": self.callbacks_with_resumptions,
+            "call_path": self.call_path,
+            "attempt_segments": [segment.figures() for segment in self.segments],
             "calls": self.calls,
+            "path_with_resumptions": self.path_with_resumptions,
         }
 
 
@@ -71,31 +166,74 @@ def _module_of(frame: FrameType) -> str | None:
     return name[len(PACKAGE) + 1 :] or PACKAGE
 
 
-async def profiled_call(client: Client) -> Path:
-    """One `call_tool("search")` under sys.setprofile: the plugin modules its functions ran in."""
-    path = Path()
-    stack: list[str | None] = []  # the plugin module (or None) of each Python frame entered
-    # The coroutine and generator frames started, held until the end (so no id is reused): one seen
-    # again is resumed, not called.
-    started: dict[int, FrameType] = {}
+_RESUMABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:
+
+class _Profiler:
+    """The `sys.setprofile` hook: each plugin frame entered goes into `path`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stack: list[str | None] = []  # the plugin module (or None) of each Python frame entered
+        # The coroutine and generator frames started, held until the end (so no id is reused): one
+        # seen again is resumed, not called.
+        self.started: dict[int, FrameType] = {}
+        self.segment: Segment | None = None  # the open attempt's
+
+    def __call__(self, frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
             module = _module_of(frame)
             if module is not None:
-                # A call back: from a frame of another plugin module into one that is already on the
-                # stack below it (e.g. a loop calling a closure the seam handed down).
-                caller = next((m for m in reversed(stack) if m is not None), None)
-                if caller is not None and caller != module and module in stack:
-                    path.callbacks += 1
-                if not path.modules or path.modules[-1] != module:
-                    path.modules.append(module)
-                _count_call(path, frame, module, started)
-            stack.append(module)
-        elif event == "return" and stack:
-            stack.pop()
+                self._entered(frame, module)
+            self.stack.append(module)
+        elif event == "return" and self.stack:
+            self.stack.pop()
 
-    sys.setprofile(profile)
+    def _entered(self, frame: FrameType, module: str) -> None:
+        # The figures before issue 44: a resumption counts as a call, the stack is the profile's.
+        caller = next((m for m in reversed(self.stack) if m is not None), None)
+        if caller is not None and caller != module and module in self.stack:
+            self.path.callbacks_with_resumptions += 1
+        _append_collapsed(self.path.path_with_resumptions, module)
+        if frame.f_code.co_flags & _RESUMABLE:
+            if id(frame) in self.started:
+                return  # resumed after an await: no call
+            self.started[id(frame)] = frame
+        self._called(frame, module)
+
+    def _called(self, frame: FrameType, module: str) -> None:
+        below = _plugin_frames_below(frame)
+        caller = _module_of(below[0]) if below else None
+        name = frame.f_code.co_name
+        _append_collapsed(self.path.call_path, module)
+        if caller is not None and caller != module:
+            self.path.calls.append(f"{caller}.{below[0].f_code.co_name} -> {module}.{name}")
+            if module in {_module_of(f) for f in below[1:]}:
+                self.path.callbacks += 1
+        if module == ATTEMPT_OPENER[0] and name in ATTEMPT_OPENER[1]:
+            self.segment = Segment()
+            self.path.segments.append(self.segment)
+        elif caller == CALL_SEAM:
+            self.segment = None
+        if self.segment is not None:
+            self.segment.enter(module, caller)
+
+
+def _plugin_frames_below(frame: FrameType) -> list[FrameType]:
+    """The plugin frames on the stack below `frame`, nearest first."""
+    found: list[FrameType] = []
+    below = frame.f_back
+    while below is not None:
+        if _module_of(below) is not None:
+            found.append(below)
+        below = below.f_back
+    return found
+
+
+async def profiled_call(client: Client) -> Path:
+    """One `call_tool("search")` under sys.setprofile: the plugin modules its functions ran in."""
+    path = Path()
+    sys.setprofile(_Profiler(path))
     try:
         await client.call_tool("search", {"query": "profiled"})
     finally:
@@ -103,23 +241,8 @@ async def profiled_call(client: Client) -> Path:
     return path
 
 
-_RESUMABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
-
-
-def _count_call(path: Path, frame: FrameType, module: str, started: dict[int, FrameType]) -> None:
-    if frame.f_code.co_flags & _RESUMABLE:
-        if id(frame) in started:
-            return  # resumed after an await: no call
-        started[id(frame)] = frame
-    below = frame.f_back
-    while below is not None and _module_of(below) is None:
-        below = below.f_back
-    caller = _module_of(below) if below is not None else None
-    if below is not None and caller is not None and caller != module:
-        path.calls.append(f"{caller}.{below.f_code.co_name} -> {module}.{frame.f_code.co_name}")
-
-
-async def _measure() -> Path:
+async def measure() -> Path:
+    """The path of one call after a warm one, on a server of its own that throttles it once."""
     from harness.faults import Throttle
     from harness.server import running_server
     from otel_mcp_replay import McpReplayInstrumentor
@@ -138,7 +261,8 @@ async def _measure() -> Path:
                 await client.call_tool("search", {"query": "warm"})  # imports and caches filled
                 server.faults.add("search", Throttle("0"))
                 path = await profiled_call(client)
-                if server.counters.executions("search") != 2:
+                path.executions = server.counters.executions("search")
+                if path.executions != 2:
                     raise RuntimeError("the profiled call did not run the tool once after its 429")
         finally:
             instrumentor.uninstrument()
@@ -146,8 +270,8 @@ async def _measure() -> Path:
 
 
 def main() -> int:
-    path = anyio.run(_measure)
-    print(" -> ".join(path.modules))
+    path = anyio.run(measure)
+    print(" -> ".join(path.call_path))
     print(json.dumps(path.figures(), indent=2))
     return 0
 
