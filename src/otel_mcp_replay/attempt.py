@@ -29,7 +29,7 @@ from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import Permission
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
 from otel_mcp_replay.record import AttemptRow
-from otel_mcp_replay.replay import RequestReplay, series_effect
+from otel_mcp_replay.replay import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import DeclinedReason
 
@@ -76,7 +76,7 @@ class Attempt:
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     door: Door | None = None  # its request at the client's door (patches/wire.py), while sent
     stream_cut = False  # its answer's stream was cut, not ended
-    body_cut = False  # its response's body was cut as the exchange read it (a JSON body, a stream read ahead)
+    error: BaseException | None = None  # what its exchange raised (its response's body cut, or none came)
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
     watch: EventWatch | None = None  # its event stream's watch: sees whether the SDK read it to the end
@@ -119,8 +119,9 @@ class Attempt:
             otel_context.detach(token)
         if sending.on_connection_stream and got.outcome.status == 0 and got.outcome.effect == "unknown":
             got = await self._answer_on_connection(http, got, request)
-        self._exchanged(got.outcome, got.error, got.version)
-        self.watch = got.watch
+        if self.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
+            self.state, self.outcome, self.ended_ns = "exchanged", got.outcome, time.time_ns()
+            self.error, self.http_version, self.watch = got.error, got.version, got.watch
         return got
 
     def close(self, wait_ms: int, declined: DeclinedReason | None, outcome: Outcome | None = None) -> None:
@@ -132,13 +133,27 @@ class Attempt:
         if self.state != "exchanged":
             return  # a redirect the client follows, or cut short already
         self.wait_ms, self.declined = wait_ms, declined
-        self.repeated = self.outcome.failure is not None and declined is None
-        replay = self.owner.replay
-        if not self.repeated and self.outcome.status and replay.delivered is None and not self.body_cut:
+        outcome = self.outcome
+        self.repeated = outcome.failure is not None and declined is None
+        replay, error = self.owner.replay, self.error
+        # What its exchange showed, written to the ledger once.
+        if self.http_version is not None:
+            replay.http_version = self.http_version
+        body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
+        if error is not None and not body_cut:
+            self.error_type = type_name(error)
+        if outcome.effect != "none":
+            replay.sent += 1
+            if outcome.failure == "network":  # (at an exchange's end: no whole response)
+                replay.unanswered = True  # none at all, or its body cut (a received refusal is never this)
+        if outcome.answered:
+            replay.answer_came = True
+        replay.final_error = error  # the final error is the latest attempt's (None: a response)
+        if not self.repeated and outcome.status and replay.delivered is None and not body_cut:
             # The attempt the SDK was handed: the first word stands. A body cut is never handed on
             # (the SDK gets the error, or what ends this one call).
-            replay.delivered = self.outcome.status
-        if self.outcome.effect is not None:
+            replay.delivered = outcome.status
+        if outcome.effect is not None:
             self._done()
         else:
             self.state = "awaiting"
@@ -241,28 +256,11 @@ class Attempt:
             self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
             self.owner.attempt = self
 
-    def _exchanged(
-        self, outcome: Outcome, error: BaseException | None = None, version: str | None = None
-    ) -> None:
-        """SENDING -> EXCHANGED: the exchange ended (before any wait)."""
-        if self.state != "sending":
-            return  # cut short already: what it does now is not this request's record
-        self.state, self.outcome, self.ended_ns = "exchanged", outcome, time.time_ns()
-        replay = self.owner.replay
-        if version is not None:
-            self.http_version = replay.http_version = version
-        if error is not None:
-            if outcome.status:  # a response came, and its body was cut
-                self.body_cut = True
-            else:
-                self.error_type = type_name(error)
-        if outcome.effect != "none":
-            replay.sent += 1
-            if outcome.failure == "network":  # (at an exchange's end: no whole response)
-                replay.unanswered = True  # none at all, or its body cut (a received refusal is never this)
-        if outcome.answered:
-            replay.answer_came = True
-        replay.final_error = error  # the final error is the latest attempt's (None: a response)
+    def _exchanged(self, outcome: Outcome) -> None:
+        """SENDING -> EXCHANGED without a response's facts (never sent, given up, a client's
+        re-send, no HTTP at all): what it came to is written to the ledger as it closes."""
+        if self.state == "sending":  # (else cut short already: not this request's record)
+            self.state, self.outcome, self.ended_ns, self.error = "exchanged", outcome, time.time_ns(), None
 
     def _done(self) -> None:
         self.state = "done"
@@ -271,7 +269,7 @@ class Attempt:
         assert outcome.effect is not None
         if owner.attempt is self:
             owner.attempt = None
-        replay.effect = series_effect(replay.effect, outcome.effect)
+        replay.effect = SERIES_EFFECT[replay.effect, outcome.effect]  # uncertainty survives
         attributes: Attributes = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         status = outcome.status
         # The HTTP conventions' error.type: the status from 400, else the type of the error that
@@ -299,7 +297,7 @@ class Attempt:
             http.record(seconds, route.post_metric_attributes, status, self.http_version, error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by
-        replay.rows.append(AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms))
+        replay.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)
         metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: owner.tool}
         if outcome.failure is not None:
             metric[t.FAILURE] = outcome.failure
@@ -329,8 +327,8 @@ def _span_of(owner: AttemptsOwner, permission: Permission | None, start_ns: int 
         t.JSONRPC_REQUEST_ID: str(replay.id),
         t.ATTEMPT: number,
     }
-    if number > 1:
-        owner.runtime.instruments.http.resend(attributes, number - 1)
+    if number > 1 and route.resend_count is not None:
+        attributes[route.resend_count] = number - 1
     if permission is not None:
         attributes[t.PERMISSION_BY] = permission.by
         attributes[t.PERMISSION_ON] = permission.on

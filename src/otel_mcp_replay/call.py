@@ -225,41 +225,35 @@ class ToolCall:
         """The SDK returned `result`: settle, file the record, end the span."""
         self.abandon()
         verdict, claimed = verdict_of(result)
-        failure_type = t.TOOL_ERROR if verdict == "tool-error" else None
         if self.app_call is not None and claimed:
             # A client extension's own shape: its claim's resolver finishes it after this returns, so
             # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
-            self.request_ended(None)  # its request itself was answered
-            self.app_call.round_ended(self, verdict, filed=False)
+            self.ended(verdict, None, filed=False)  # its request itself was answered
             return
-        self.settled(verdict)
-        self.request_ended(failure_type)
-        self._ended(verdict, failure_type)
+        self.ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
     def settled(self, verdict: CallVerdict, *, may_have_run: bool = False) -> None:
-        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard.
-        `may_have_run`: a task-backed call whose task's status could not be read (tasks.py)."""
-        self._file(verdict, may_have_run)
-        if self.fingerprint is not None and self.runtime.guard is not None:
-            failed = verdict == "failed"
-            self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.replay.effect, failed=failed)
+        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard, and
+        nothing more (its request's end and its span's are told apart)."""
+        self.ended(verdict, None, may_have_run=may_have_run, request=False, ends=False)
 
     def task_ended(self, verdict: CallVerdict, error: BaseException | None = None) -> None:
         """Its task reached its terminal status (`verdict` says how; its task's `failure` its
         error.type, `server_code` its JSON-RPC code), or its call failed with `error` while polling it
         (an UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
-        round of (rounds.py)."""
+        round of (rounds.py), whose span ends with this verdict. Its request was timed as it ended."""
         if not self.call_span.span.is_recording():  # an outer span, which timed its creating request, ended
             self.call_span.outlives_its_request(self.runtime.tracer, self.tool)
-        self.settled(verdict, may_have_run=isinstance(error, UnknownEffectError))
-        app_call = self.app_call
-        if app_call is not None:  # filed: its app's call ends the span with this verdict
-            app_call.last, app_call.unfiled = (self, verdict), None
-        elif error is not None:
-            self._ended(verdict, type_name(error))
+        if error is not None:
+            failure_type: str | None = type_name(error)
         else:
             failure = self.task.failure if self.task is not None else None
-            self._ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else failure)
+            failure_type = t.TOOL_ERROR if verdict == "tool-error" else failure
+        app_call = self.app_call
+        may_have_run = isinstance(error, UnknownEffectError)
+        self.ended(verdict, failure_type, may_have_run=may_have_run, request=False, ends=app_call is None)
+        if app_call is not None:  # filed: its app's call ends the span with this verdict
+            app_call.last, app_call.unfiled = (self, verdict), None
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -270,26 +264,22 @@ class ToolCall:
         # The caller's own: its cancellation, or the SDK's error for its read timeout.
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc)
         stopped = self.stopped_with
-        if stopped is not None and not replay.rows:  # refused before anything was sent
-            self._file("failed", False)
+        refused = stopped is not None and not replay.rows  # refused before anything was sent
+        # A caller that gave up sees its own cancellation, never "may have run".
+        uncertain = not refused and replay.uncertain(self.app_authorized) and not cancelled
+        if refused:
             seen = None if cancelled else stopped
-        else:
-            # A caller that gave up sees its own cancellation, never "may have run".
-            uncertain = replay.uncertain(self.app_authorized) and not cancelled
-            self._file("failed", uncertain)
-            if uncertain:
-                seen = UnknownEffectError(self.tool)
-                seen.__cause__ = replay.final_error if replay.final_error is not None else exc
-            elif stopped is not None and not cancelled:
-                seen = stopped  # the server's refusal, which the SDK would not have raised in time
-            guard = self.runtime.guard
-            if self.fingerprint is not None and guard is not None:
-                self.guard_armed = guard.ended(self.fingerprint, replay.effect, failed=True)
+        elif uncertain:
+            seen = UnknownEffectError(self.tool)
+            seen.__cause__ = replay.final_error if replay.final_error is not None else exc
+        elif stopped is not None and not cancelled:
+            seen = stopped  # the server's refusal, which the SDK would not have raised in time
         self.server_code = self._server_code(exc) if seen is None else None
         failure_type = error_type(seen or exc, self.server_code)
-        if replay.rows:  # its request was attempted (one refused before it was sent is no request)
-            self.request_ended(failure_type)
-        self._ended("failed", failure_type)
+        # Its request was attempted (one refused before it was sent is no request, and arms nothing).
+        self.ended(
+            "failed", failure_type, may_have_run=uncertain, request=bool(replay.rows), guard=not refused
+        )
         return seen
 
     def _server_code(self, exc: BaseException) -> int | None:
@@ -309,26 +299,39 @@ class ToolCall:
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
 
-    def request_ended(self, failure_type: str | None) -> None:
-        """Its request (one round of a multi-round call) ended: one point of the operation duration."""
-        record_operation(
-            self.runtime,
-            self.tool,
-            self.started_ns,
-            self.call_span.route,
-            failure_type,
-            self.server_code if failure_type is not None else None,
-            self.replay.http_version,
-            self.local,
-        )
-
-    def _ended(self, verdict: CallVerdict, failure_type: str | None) -> None:
-        """The call ends with `verdict`: its outcome on its span, which ends, and it is counted
-        (call_span.CallSpan.end); a round's end is its app's call's to write, as its final round."""
-        if self.app_call is not None:
-            self.app_call.round_ended(self, verdict)
-            return
+    def ended(
+        self,
+        verdict: CallVerdict,
+        failure_type: str | None,
+        *,
+        may_have_run: bool = False,
+        filed: bool = True,  # its record filed (from its ledger), once
+        guard: bool = True,  # the repeat guard told how it ended
+        request: bool = True,  # its request's point of the operation duration
+        ends: bool = True,  # its span's outcome written, and the span ended (or its app's call told)
+    ) -> None:
+        """The one end of a call, and of each part of it: its record, the repeat guard, its request's
+        operation point, its span (call_span.CallSpan.end, the call counted there) or, for a round,
+        its app's call told (rounds.AppCall.round_ended), which writes the span once."""
         replay = self.replay
+        if filed:
+            self._file(verdict, may_have_run)
+            fingerprint, repeat_guard = self.fingerprint, self.runtime.guard
+            if guard and fingerprint is not None and repeat_guard is not None:
+                failed = verdict == "failed"
+                self.guard_armed = repeat_guard.ended(fingerprint, replay.effect, failed=failed)
+        if request:
+            code = self.server_code if failure_type is not None else None
+            route, runtime = self.call_span.route, self.runtime
+            http_version = replay.http_version
+            record_operation(
+                runtime, self.tool, self.started_ns, route, failure_type, code, http_version, self.local
+            )
+        if not ends:
+            return
+        if self.app_call is not None:
+            self.app_call.round_ended(self, verdict, filed=filed)
+            return
         outcome: dict[str, str | int | bool] = {
             t.JSONRPC_REQUEST_ID: str(replay.id),
             t.POLICY: (self.declaration or COMPATIBILITY).policy,
@@ -342,22 +345,16 @@ class ToolCall:
         )
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
-        self.replay.may_have_run = may_have_run
-        task = self.task
+        """Its record, built from its ledger and filed once, vouched for to the redaction; a record
+        that cannot be filed never breaks the caller's call."""
+        replay, task = self.replay, self.task
+        replay.may_have_run = may_have_run
         if task is not None and self.session is not None:  # its task's polls end with it
             self.runtime.open_tasks.get(self.session, {}).pop(task.id, None)
-        try:
-            self._file_record(verdict, may_have_run)
-        except Exception:  # the record must never break the caller's call
-            self.runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
-
-    def _file_record(self, verdict: CallVerdict, may_have_run: bool) -> None:
-        """Its record, built from its ledger and filed once, vouched for to the redaction."""
-        if self.declaration is None:
-            self._without_http(verdict)
-        replay, task = self.replay, self.task
         span = self.call_span.span
         try:
+            if self.declaration is None:
+                self._without_http(verdict)
             record = call_record(
                 policy=(self.declaration or COMPATIBILITY).policy,
                 sent=replay.sent,
@@ -371,11 +368,12 @@ class ToolCall:
                 call_round=self.round,
                 task=None if task is None else (task.hash, task.status),
             )
+            self.runtime.vouches.file(span, record)
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)
-        else:
-            self.runtime.vouches.file(span, record)
+        except Exception:  # the record must never break the caller's call
+            self.runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
 
     def _without_http(self, verdict: CallVerdict) -> None:
         """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect

@@ -38,6 +38,7 @@ class Route(NamedTuple):
     metric_attributes: dict[str, str | int]
     post_span_attributes: Attributes
     post_metric_attributes: Attributes
+    resend_count: str | None  # the attribute a repeat's resend count goes in (None: the vocabulary has none)
 
 
 # The call span's and the metric's attributes of a call that went another way than HTTP (stdio).
@@ -66,7 +67,7 @@ def route_of(
     if session_id is not None:
         spans[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
     post_span, post_metric = http.request(endpoint) if endpoint is not None else ({}, {})
-    return Route(endpoint, spans, metric, post_span, post_metric)
+    return Route(endpoint, spans, metric, post_span, post_metric, http.resend_count)
 
 
 class CallSpan:

@@ -64,6 +64,12 @@ class HttpConventions:
     duration_old: Histogram | None  # http.client.duration, ms
     duration_new: Histogram | None  # http.client.request.duration, s
 
+    @property
+    def resend_count(self) -> str | None:
+        """The attribute a repeat's resend count is written in: the stable conventions' (the old
+        ones have none)."""
+        return t.HTTP_RESEND_COUNT if self.new else None
+
     @classmethod
     def on(cls, meter: Meter, mode: _StabilityMode | None = None) -> HttpConventions:
         mode = http_mode() if mode is None else mode
@@ -105,11 +111,6 @@ class HttpConventions:
             span[t.NETWORK_PEER_PORT] = endpoint.port
             _set_http_peer_port_client(metric, endpoint.port, mode)
         return span, metric
-
-    def resend(self, attributes: Attributes, count: int) -> None:
-        """A repeat's resend count (the stable conventions': the old ones have none)."""
-        if self.new:
-            attributes[t.HTTP_RESEND_COUNT] = count
 
     def response(
         self, attributes: Attributes, status: int, http_version: str | None, error_type: str | None

@@ -136,6 +136,13 @@ class RetryBudgets:
         with self._lock:
             return self._budget(key)
 
+    def policy(
+        self, key: str, declaration: Declaration, target: Target, settings: Settings, fail_closed: bool
+    ) -> ReplayPolicy:
+        """A request's replay policy, made at its first failure, with endpoint `key`'s budget: shared
+        by every call to the endpoint's origin, as gRPC's is per server."""
+        return ReplayPolicy(declaration, target, settings, self.for_endpoint(key), fail_closed)
+
     def _budget(self, key: str) -> RetryBudget:
         """Endpoint `key`'s bucket, made on first use, now the most recently used (lock held)."""
         assert self._retry_budget is not None

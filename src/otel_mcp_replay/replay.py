@@ -18,7 +18,7 @@ from otel_mcp_replay.telemetry import Effect
 # survives (once any attempt is `unknown`, the series is), and evidence that something ran
 # (`applied`) is never erased.
 _RANK: Final[dict[Effect, int]] = {"none": 0, "applied": 1, "unknown": 2}
-_SERIES: Final[dict[tuple[Effect, Effect], Effect]] = {
+SERIES_EFFECT: Final[dict[tuple[Effect, Effect], Effect]] = {
     (so_far, attempt): so_far if _RANK[so_far] >= _RANK[attempt] else attempt
     for so_far in _RANK
     for attempt in _RANK
@@ -28,7 +28,7 @@ _SERIES: Final[dict[tuple[Effect, Effect], Effect]] = {
 def series_effect(so_far: Effect, attempt: Effect) -> Effect:
     """What is known of a whole series' effect once one more attempt came to `attempt`."""
     try:
-        return _SERIES[so_far, attempt]  # one lookup: it is asked once per attempt
+        return SERIES_EFFECT[so_far, attempt]
     except KeyError:
         raise ValueError("an effect is none, unknown or applied") from None
 
@@ -51,9 +51,9 @@ class RequestReplay:
     final_error: BaseException | None = None  # the transport error of the latest unanswered attempt
     http_version: str | None = None  # of the latest response
     may_have_run = False  # the call settled as "may have run" (UnknownEffectError): the call's word
-
-    def __init__(self) -> None:
-        self.rows: list[AttemptRow] = []  # one per attempt done, for the record
+    rows: tuple[
+        AttemptRow, ...
+    ] = ()  # one per attempt done, for the record (a few: max_attempts bounds them)
 
     @property
     def accepted_without_answer(self) -> bool:

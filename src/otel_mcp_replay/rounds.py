@@ -14,7 +14,7 @@ from typing import Protocol
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call_span import CallSpan, error_type
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.replay import RequestReplay, series_effect
+from otel_mcp_replay.replay import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallVerdict, Effect
 
@@ -69,11 +69,6 @@ class AppCall:
     def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
         self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
 
-    def is_round(self, session: object, tool: str, arguments: object) -> bool:
-        """Whether this `ClientSession.call_tool` is one of this call's rounds: the very arguments
-        the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
-        return session is self.session and tool == self.tool and arguments is self.arguments
-
     def next_round(self) -> tuple[int, CallSpan]:
         """A round begins: its number, and the span all its rounds share."""
         if self.call_span is None:
@@ -85,7 +80,7 @@ class AppCall:
         self.last = (call, verdict)
         self.continues = verdict == "input-required"
         self.unfiled = None if filed else call
-        self.effect = series_effect(self.effect, call.replay.effect)
+        self.effect = SERIES_EFFECT[self.effect, call.replay.effect]  # uncertainty survives
         self.sent += call.replay.sent
 
     def ended(self, error: BaseException | None, result: object = None) -> None:

@@ -70,7 +70,7 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
     if len(calls) > MAX_OPEN_PER_SESSION:
         calls[next(iter(calls))].task_ended("failed")  # the oldest: its caller stopped waiting
     app_call = call.app_call
-    call.request_ended(None)  # its creating request: one point of the operation duration
+    call.ended("completed", None, filed=False, ends=False)  # its creating request: its operation point
     if app_call is not None:  # its app's call files it if no poll of its does (AppCall.ended)
         app_call.round_ended(call, "completed", filed=False)
     return True

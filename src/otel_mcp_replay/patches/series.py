@@ -71,17 +71,11 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
         if outcome.failure is None:
             return latest  # nothing to decide
         if policy is None:
-            policy = _policy(rt, req.declaration, req.target, origin)
+            policy = rt.budgets.policy(origin, req.declaration, req.target, rt.settings, rt.fail_closed)
         decision, policy = policy.after(outcome, rt.rng)
         if not isinstance(decision, Wait):
             return latest
         await anyio.sleep(decision.ms / 1000)
-
-
-def _policy(rt: Runtime, declaration: Declaration, target: Target, origin: str) -> ReplayPolicy:
-    # The retry budget is shared by every call to the endpoint's origin, as gRPC's is per server.
-    endpoint_budget = rt.budgets.for_endpoint(origin)
-    return ReplayPolicy(declaration, target, rt.settings, endpoint_budget, rt.fail_closed)
 
 
 # -- a tool call's series --
@@ -179,7 +173,7 @@ async def _attempts(
         decision: Wait | Declined | None = None  # an answer decides nothing
         if got.outcome.failure is not None:
             if policy is None:
-                policy = _policy(rt, req.declaration, req.target, origin)
+                policy = rt.budgets.policy(origin, req.declaration, req.target, rt.settings, rt.fail_closed)
             decision, policy = policy.after(got.outcome, rt.rng)
         if not isinstance(decision, Wait):
             attempt.close(0, None if decision is None else decision.reason)

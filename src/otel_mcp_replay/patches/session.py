@@ -51,7 +51,7 @@ async def call_tool(
     if type(name) is not str:
         return await wrapped(*args, **kwargs)
     app_call = outer = CURRENT_APP_CALL.get()
-    if app_call is not None and not app_call.is_round(instance, name, arguments):
+    if app_call is not None and not _is_round(app_call, instance, name, arguments):
         app_call = None
     # A round's app call asked, in this very context, a moment ago (client_call_tool).
     if app_call is None and not is_instrumentation_enabled():
@@ -98,6 +98,12 @@ async def call_tool(
     if call.guard_armed is not None:
         await _tell_store(rt, call)
     return result
+
+
+def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) -> bool:
+    """Whether this `ClientSession.call_tool` is one of the app's call's rounds: the very arguments
+    the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
+    return session is app_call.session and tool == app_call.tool and arguments is app_call.arguments
 
 
 async def _tell_store(rt: Runtime, call: Round) -> None:
