@@ -316,10 +316,9 @@ class ToolCall:
         replay = self.replay
         if filed:
             self._file(verdict, may_have_run)
-            fingerprint, repeat_guard = self.fingerprint, self.runtime.guard
-            if guard and fingerprint is not None and repeat_guard is not None:
+            if guard and self.fingerprint is not None and self.runtime.guard is not None:
                 failed = verdict == "failed"
-                self.guard_armed = repeat_guard.ended(fingerprint, replay.effect, failed=failed)
+                self.guard_armed = self.runtime.guard.ended(self.fingerprint, replay.effect, failed=failed)
         if request:
             code = self.server_code if failure_type is not None else None
             route, runtime = self.call_span.route, self.runtime
@@ -332,17 +331,18 @@ class ToolCall:
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict, filed=filed)
             return
+        policy, effect = (self.declaration or COMPATIBILITY).policy, replay.effect
         outcome: dict[str, str | int | bool] = {
             t.JSONRPC_REQUEST_ID: str(replay.id),
-            t.POLICY: (self.declaration or COMPATIBILITY).policy,
+            t.POLICY: policy,
             t.SENT: replay.sent,
-            t.EFFECT: replay.effect,
+            t.EFFECT: effect,
             t.VERDICT: verdict,
             t.MAY_HAVE_RUN: replay.may_have_run,
         }
-        self.call_span.end(
-            self.runtime, self.tool, outcome, failure_type, self.server_code, replay.http_version, self.local
-        )
+        metric = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
+        code, http_version = self.server_code, replay.http_version
+        self.call_span.end(self.runtime, metric, outcome, failure_type, code, http_version, self.local)
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
         """Its record, built from its ledger and filed once, vouched for to the redaction; a record

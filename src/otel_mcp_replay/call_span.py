@@ -94,18 +94,35 @@ class CallSpan:
     def end(
         self,
         runtime: Runtime,
-        tool: str,
+        metric: dict[str, str],  # the call's point of the calls metric: its verdict, effect, policy, tool
         outcome: dict[str, str | int | bool],
         failure_type: str | None,
         code: int | None,
         http_version: str | None,
         local: bool,
     ) -> None:
-        """The call (a call, or an app's call of rounds) ends with `outcome`, the record's words:
-        its span written once (`end_call_span`), and the call counted once in the calls metric."""
-        metric = {t.VERDICT: outcome[t.VERDICT], t.EFFECT: outcome[t.EFFECT], t.POLICY: outcome[t.POLICY]}
-        metric[t.GEN_AI_TOOL_NAME] = tool
-        end_call_span(self.span, self.owned, self.route, outcome, failure_type, code, http_version, local)
+        """The call (a call, or an app's call of rounds) ends with `outcome`, the record's words, as
+        span attributes a backend can query: its span written in one write, and the call counted once
+        in the calls metric. A span the plugin did not make (the outer instrumentation's) is written
+        the same, with the conventions' operation, and left for its maker to end: this runs inside
+        its maker's call, so before it ends it."""
+        span = self.span
+        if failure_type is not None:
+            outcome[t.ERROR_TYPE] = failure_type
+            if code is not None:
+                outcome[t.RPC_RESPONSE_STATUS_CODE] = str(code)
+            span.set_status(Status(StatusCode.ERROR))  # never a description: it could quote the server
+        if http_version is not None:
+            outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
+        route = self.route
+        where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
+        if where is not None:
+            outcome.update(where)
+        if self.owned:
+            span.set_attributes(outcome)  # the call's one write at its end
+            span.end()
+        else:
+            span.set_attributes({**_CALL_OPERATION, **outcome})
         runtime.instruments.calls.add(1, metric)
 
 
@@ -153,37 +170,6 @@ def outer_call_span(tool: str) -> Span | None:
     if scope is not None and scope.name == t.INSTRUMENTATION_NAME:
         return None  # the plugin's own (a call made while one of its calls runs): never enriched
     return span
-
-
-def end_call_span(
-    span: Span,
-    owned: bool,
-    route: Route | None,
-    outcome: dict[str, str | int | bool],
-    failure_type: str | None,
-    code: int | None,
-    http_version: str | None,
-    local: bool = False,
-) -> None:
-    """A call's span ends with its outcome (the record's words, as span attributes a backend can
-    query), in one write. A span the plugin did not make (`owned` False: the outer instrumentation's)
-    is written the same, with the conventions' operation, and left for its maker to end: this runs
-    inside its maker's call, so before it ends it."""
-    if failure_type is not None:
-        outcome[t.ERROR_TYPE] = failure_type
-        if code is not None:
-            outcome[t.RPC_RESPONSE_STATUS_CODE] = str(code)
-        span.set_status(Status(StatusCode.ERROR))  # never a description: it could quote the server
-    if http_version is not None:
-        outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
-    where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
-    if where is not None:
-        outcome.update(where)
-    if owned:
-        span.set_attributes(outcome)  # the call's one write at its end
-        span.end()
-    else:
-        span.set_attributes({**_CALL_OPERATION, **outcome})
 
 
 def record_operation(

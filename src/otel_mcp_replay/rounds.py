@@ -121,6 +121,5 @@ class AppCall:
             failure_type = error_type(error, code)
         elif verdict == "tool-error":
             failure_type = t.TOOL_ERROR
-        call_span.end(
-            self.runtime, self.tool, outcome, failure_type, code, call.replay.http_version, call.local
-        )
+        metric = {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
+        call_span.end(self.runtime, metric, outcome, failure_type, code, call.replay.http_version, call.local)

@@ -22,7 +22,16 @@ from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.call_span import Route, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
-from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Permission, Target, permit, target_of
+from otel_mcp_replay.law import (
+    BUDGET,
+    NOT_PERMITTED,
+    Decision,
+    Declined,
+    Permission,
+    Target,
+    permit,
+    target_of,
+)
 from otel_mcp_replay.patches.carrier import Carriage
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
 from otel_mcp_replay.patches.wire import Exchange, Exchanging, HttpLibrary, outcome_of, synthetic_error
@@ -159,7 +168,18 @@ async def _attempts(
     decision. The policy is made at the first failure: an answer decides nothing. Returns the final
     attempt's exchange: its response, else its transport error."""
     rt = seam.rt
-    sending = _sending(rt, req)
+    # What every attempt is exchanged with, once. The law's word on a repeat after a cut of its event
+    # stream is asked only of a 2xx that is one (failing closed: NOT_PERMITTED).
+    after_a_cut: Callable[[], Decision] = (
+        _not_permitted
+        if rt.fail_closed
+        else functools.partial(permit, req.declaration, req.target, "network")
+    )
+    sse, request_id = req.sse, req.body["id"]
+    watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
+    sending = Exchanging(
+        req.request, req.exchange_once, req.declaration, request_id, watch_body, after_a_cut, sse is not None
+    )
     permission: Permission | None = None
     policy: ReplayPolicy | None = None
     response: Any = None  # the latest attempt's, closed when another is sent: it will not be delivered
@@ -185,19 +205,8 @@ async def _attempts(
         permission = decision.permission
 
 
-def _sending(rt: Runtime, req: SeamRequest) -> Exchanging:
-    """What every attempt of the request is exchanged with, once: the law's word on a repeat after a
-    cut of its event stream is asked here (failing closed, none is asked: NOT_PERMITTED)."""
-    after_a_cut = NOT_PERMITTED if rt.fail_closed else permit(req.declaration, req.target, "network")
-    return Exchanging(
-        req.request,
-        req.exchange_once,
-        req.declaration,
-        req.body["id"],
-        req.streamable and req.sse is None,  # a 2xx's answer is watched for here, else on the SSE stream
-        after_a_cut,
-        req.sse is not None,
-    )
+def _not_permitted() -> Decision:
+    return NOT_PERMITTED
 
 
 async def _handed(

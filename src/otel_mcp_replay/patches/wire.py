@@ -159,10 +159,10 @@ class Exchanging(NamedTuple):
     declaration: Declaration
     request_id: object
     watch_body: bool  # a 2xx's answer is watched for here (else on the legacy SSE stream)
-    # What the law says of a repeat after a cut of its event stream (failing closed: NOT_PERMITTED):
-    # where it permits one, the stream is read here until the answer (until_answer), so a cut can be
-    # repeated.
-    after_a_cut: Decision
+    # What the law says of a repeat after a cut of its event stream, asked of a 2xx that is one
+    # (failing closed: NOT_PERMITTED): where it permits one, the stream is read here until the answer
+    # (until_answer), so a cut can be repeated.
+    after_a_cut: Callable[[], Decision]
     on_connection_stream: bool  # its answer may come on the connection's own stream (legacy SSE)
 
 
@@ -286,7 +286,7 @@ async def _read_reply(
             if answers_request(answer_id, request_id):
                 listener.heard(kind)
 
-        after_a_cut = sending.after_a_cut
+        after_a_cut = sending.after_a_cut()
         # Why a cut of this stream is not repeated, if it is not: the law's word.
         declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
