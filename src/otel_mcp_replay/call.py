@@ -158,7 +158,7 @@ class ToolCall:
         else:
             self.replay.answer_came = True
 
-    def stream_ended(self, cut: bool) -> None:
+    def connection_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
         it never will."""
         if self.attempt is not None:

@@ -134,10 +134,10 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
     if (declaration.policy == "app-authorized" and not matched) or (
         entry is not None and entry.changes and not target.key_carried and rt.guard is not None
     ):
-        refusal = await _refusal(rt, call, req.url, target, matched)
-        if refusal is not None:
-            repeat = isinstance(refusal, RepeatRefusedError)
-            call.stop(refusal, declined="repeat-of-unknown" if repeat else None)
+        why = await _why_not_sent(rt, call, req.url, target, matched)
+        if why is not None:
+            repeat = isinstance(why, RepeatRefusedError)
+            call.stop(why, declined="repeat-of-unknown" if repeat else None)
             return True
     return False
 
@@ -292,7 +292,9 @@ def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseSt
     return route_of(rt.session_key, rt.instruments.http, rt.span_endpoint(url), version, session_id)
 
 
-async def _refusal(rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool) -> Exception | None:
+async def _why_not_sent(
+    rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool
+) -> Exception | None:
     """Why this call, of a changing tool without its key or on a connection whose answers cannot be
     matched, must not be sent at all, if it must not."""
     if not matched:

@@ -109,7 +109,7 @@ def watch_event_stream(
         for request_id in list(waiting):
             waiter = waiting.pop(request_id, None)
             if waiter is not None:
-                waiter.stream_ended(error is not None)
+                waiter.connection_ended(error is not None)
         connections.ended(client, stream)
 
     # The streamable-HTTP transport's GETs carry its session id: no endpoint is announced on them.
