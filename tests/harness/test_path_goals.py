@@ -7,6 +7,8 @@ no call back into a module already on the stack. The definitions are benchmarks/
 
 from __future__ import annotations
 
+import pathlib
+
 import anyio
 import pytest
 from benchmarks.path import ATTEMPT_OPENER, Path, measure
@@ -45,3 +47,26 @@ def test_no_module_entered_twice_within_an_attempt(path: Path) -> None:
 
 def test_no_call_back_into_a_module_on_the_stack(path: Path) -> None:
     assert path.callbacks == 0, path.calls
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCS = ("docs/architecture.md", "benchmarks/README.md")
+MARK = "<!-- measured-path -->"
+
+
+def printed_path(text: str) -> str:
+    """The path a doc prints: the backquoted line after its mark."""
+    after = text.split(MARK, 1)[1].strip().splitlines()[0]
+    return after.strip().strip("`")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_the_docs_print_the_measured_path(path: Path, doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert MARK in text, f"{doc} prints no measured path"
+    assert printed_path(text) == " -> ".join(path.call_path)
+
+
+def test_a_printed_path_is_read() -> None:
+    # The reader itself can fail: it reads the line after the mark, without its quotes.
+    assert printed_path(f"x\n{MARK}\n`a -> b`\n\nmore") == "a -> b"
