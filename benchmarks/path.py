@@ -58,7 +58,7 @@ PACKAGE = "otel_mcp_replay"
 GOAL_HOPS = 45
 GOAL_CALLBACKS = 0
 # The function of the attempt module that opens an attempt (module, names): a call of it begins an
-# attempt's segment. `open_attempt` is the refactored core's name, `next_attempt` the one before it.
+# attempt's segment (`next_attempt` before issue 44, kept to measure older commits alike).
 ATTEMPT_OPENER: tuple[str, tuple[str, ...]] = ("attempt", ("open_attempt", "next_attempt"))
 # The seam where a tool call begins and ends: its first call after an attempt ends that attempt's
 # segment (the call is being settled, no longer attempted).
