@@ -52,14 +52,16 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     # Ids of the sessions the HTTP seam saw speaking streamable HTTP: the call seam needs no scope
     # for their calls (only where the SDK resolves a lost answer itself, `Line.resolves_lost_answers`).
     streamable_sessions: set[int] = set()
+    # The request the client built last from a `json=` dict: kept by the build seam, taken by the HTTP seam.
+    builds = http_send.BuiltRequests()
     sending = functools.partial(
-        http_send.send, series.HttpSeam(rt, http, carriage, connections, streamable_sessions)
+        http_send.send, series.HttpSeam(rt, http, carriage, connections, streamable_sessions), builds
     )
     calling = functools.partial(session.call_tool, rt, streamable_sessions=streamable_sessions)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
-        (LINE.http, "AsyncClient.build_request", http_send.built),
+        (LINE.http, "AsyncClient.build_request", functools.partial(http_send.built, builds)),
         # The SDK's event-stream reader: the answers are read from the events it yields.
         (LINE.event_reader[0], LINE.event_reader[1], functools.partial(wire.events_read, http)),
         ("mcp.client.session", "ClientSession.call_tool", calling),

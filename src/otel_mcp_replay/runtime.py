@@ -5,11 +5,11 @@ call. `instrument()` builds one `Runtime` and binds it into each wrapper (as con
 instrumentation binds its hooks); `uninstrument()` unwraps them. What must be shared by every call
 of the process (each endpoint's retry budget, what each session was declared under, where records
 are vouched for) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's carrier:
-`patches/carrier.Carriage`; the legacy-SSE connections: `patches/sse.SseConnections`); the runtime
-in force, and the vouches the configurator hands its redaction wrappers, are the instrumentor's
-(one per process, as BaseInstrumentor is): no module global holds what a call or the redaction
-changes. A runtime built from a configuration error is `fail_closed`: nothing repeats, spans still
-record."""
+`patches/carrier.Carriage`; the legacy-SSE connections: `patches/sse.SseConnections`; the request
+last built from a `json=` dict: `patches/http_send.BuiltRequests`); the runtime in force, and the
+vouches the configurator hands its redaction wrappers, are the instrumentor's (one per process, as
+BaseInstrumentor is): no module global holds what a call or the redaction changes. A runtime built
+from a configuration error is `fail_closed`: nothing repeats, spans still record."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from itertools import repeat
 from operator import is_, itemgetter
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 
@@ -34,6 +34,7 @@ from otel_mcp_replay.telemetry import TASKS_GET_METHOD, TOOLS_CALL_METHOD
 
 def send(
     seam: HttpSeam,
+    builds: BuiltRequests,
     wrapped: Callable[..., Awaitable[Any]],
     instance: Any,
     args: tuple[Any, ...],
@@ -41,7 +42,8 @@ def send(
 ) -> Awaitable[Any]:
     """The seam only routes: it hands back what the caller awaits, the client's own send for a
     request it passes through, else a protocol request's series or a tool call's (series.py). It is
-    no coroutine itself: nothing of it is resumed at the awaits of the exchanges it routes."""
+    no coroutine itself: nothing of it is resumed at the awaits of the exchanges it routes. `builds`:
+    the request the build seam (`built`) kept last, bound in by instrument() with the same holder."""
     request = args[0] if args else kwargs.get("request")
     call = CURRENT_CALL.get()
     # Inside a call, the call seam found instrumentation enabled in the context this one comes from.
@@ -56,9 +58,9 @@ def send(
     if call is not None and call.attempt is not None and call.attempt.state == "redirected":
         # The next hop of a followed redirect: the same body, as a stream, read first.
         return _body_read(
-            request, functools.partial(_post, seam, call, request, wrapped, instance, args, kwargs)
+            request, functools.partial(_post, seam, builds, call, request, wrapped, instance, args, kwargs)
         )
-    return _post(seam, call, request, wrapped, instance, args, kwargs)
+    return _post(seam, builds, call, request, wrapped, instance, args, kwargs)
 
 
 async def _event_stream(seam: HttpSeam, instance: Any, request: Any, sending: Awaitable[Any]) -> Any:
@@ -73,6 +75,7 @@ async def _body_read(request: Any, route: Callable[[], Awaitable[Any]]) -> Any:
 
 def _post(
     seam: HttpSeam,
+    builds: BuiltRequests,
     call: ToolCall | None,  # the call in progress in the sender's context
     request: Any,  # the one the SDK handed the client (send read it from args or kwargs)
     wrapped: Callable[..., Awaitable[Any]],
@@ -86,7 +89,7 @@ def _post(
         # A call's POST on a session seen speaking streamable HTTP is its transport's: never a
         # legacy-SSE message POST, its media types known (no header of the request is read).
         sse, streamable = None, True
-        body = _json_body(http, request)
+        body = _json_body(http, builds, request)
     else:
         # A message POST of a legacy-SSE connection: to the endpoint its stream announced.
         connections = seam.connections
@@ -96,7 +99,7 @@ def _post(
         streamable = b"text/event-stream" in accept and b"application/json" in accept
         if call is None and sse is None and not streamable and (carriage is None or not carriage.requests):
             return wrapped(*args, **kwargs)
-        body = _json_body(http, request) if b"json" in content_type else None
+        body = _json_body(http, builds, request) if b"json" in content_type else None
     if type(body) is not dict or "method" not in body:
         if _hides_its_call(http, call, request, body, sse, streamable):
             assert call is not None
@@ -182,13 +185,27 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
-# The request the client built last from a `json=` object, with that object (one tuple, swapped
-# whole: a thread building meanwhile can only make the pair miss, never mismatch).
-_NOTHING_BUILT: tuple[object, object] = (None, None)
-_BUILT: list[tuple[object, object]] = [_NOTHING_BUILT]
+_NOTHING_BUILT: Final[tuple[object, object]] = (None, None)
 
 
-def built(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+class BuiltRequests:
+    """The request the client built last from a `json=` object, with that object: made by
+    `instrument()` and bound into `built`, which fills it, and `send`, which takes it (one slot,
+    the pair swapped whole: a thread building meanwhile can only make the pair miss, never mismatch)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[object, object] = _NOTHING_BUILT
+
+
+def built(
+    builds: BuiltRequests,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     """`AsyncClient.build_request`: a request built from a `json=` dict (the mcp SDK builds every
     message it POSTs so, on both lines) is kept with that dict until it is sent. Its bytes are that
     dict encoded, nothing else (no `content`, `data` or `files` beside it): the law reads the
@@ -201,16 +218,16 @@ def built(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         and not kwargs.get("data")
         and not kwargs.get("files")
     ):
-        _BUILT[0] = (request, message)
+        builds.last = (request, message)
     return request
 
 
-def _json_body(http: HttpLibrary, request: Any) -> object:
+def _json_body(http: HttpLibrary, builds: BuiltRequests, request: Any) -> object:
     """The request's JSON-RPC message: the dict it was built from (`built`), else its bytes parsed,
     of any size (no size lifts the law). None: it holds no JSON, or its body cannot be read."""
-    built_from, message = _BUILT[0]
+    built_from, message = builds.last
     if built_from is request:
-        _BUILT[0] = _NOTHING_BUILT
+        builds.last = _NOTHING_BUILT
         if type(message) is dict and _read_as_json(message):
             return message
     try:
