@@ -81,14 +81,18 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
         # Never raises: a bad entry is logged and dropped, the other rules and the built-in ones stay.
         rules = RedactionRules.from_env_or_builtin()
         # The one instrumentor of the process (BaseInstrumentor's singleton), instrumented later or
-        # not at all: the records its calls file are vouched for, and a refused record is counted on
-        # its runtime's meter.
+        # not at all: the records its calls file are vouched for, the task ids they see are masked,
+        # and a refused record is counted on its runtime's meter.
         instrumentor = McpReplayInstrumentor()
         inner_factory: Callable[..., SpanProcessor] = kwargs.pop(_FACTORY, None) or BatchSpanProcessor
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
             redacting = RedactingSpanExporter(
-                exporter, rules, vouches=instrumentor.vouches, on_refused=instrumentor.count_refused
+                exporter,
+                rules,
+                vouches=instrumentor.vouches,
+                task_ids=instrumentor.task_ids,
+                on_refused=instrumentor.count_refused,
             )
             return inner_factory(redacting, *args, **factory_kwargs)
 

@@ -31,6 +31,7 @@ from otel_mcp_replay.patches import carrier, http_send, series, session, sse, st
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import check_export_path
+from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
 from otel_mcp_replay.store_url import address_of
@@ -177,6 +178,9 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # configurator's; made on first use, one per process as this instrumentor is: the wrappers may
     # be built before or after instrument(), and read the very vouches every runtime files into).
     _vouches: Vouches | None = None
+    # The task ids this process's task-backed calls saw (tasks.py), masked by every redaction wrapper
+    # (redaction/task_ids.py): the configurator's are handed them, an app's own finds them.
+    _task_ids: TaskIds | None = None
     # The refused-records counter on the global meter provider's meter, for a redaction wrapper
     # that refuses a record while nothing is instrumented (made on first use).
     _refused_uninstrumented: Counter | None = None
@@ -195,6 +199,16 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if self._vouches is None:
             self._vouches = Vouches()
         return self._vouches
+
+    @property
+    def task_ids(self) -> TaskIds:
+        """The task ids the calls of this process saw (`redaction.task_ids.TaskIds`)."""
+        found = self._task_ids
+        if found is None:
+            # Atomic: a wrapper that asks from its export thread meanwhile gets the very same one.
+            made: TaskIds = self.__dict__.setdefault("_task_ids", TaskIds())
+            return made
+        return found
 
     def count_refused(self) -> None:
         """A record refused by the redaction allow-list (the configurator's wrappers' `on_refused`):
@@ -222,6 +236,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             fail_closed=configuration.fail_closed,
             guard=_guard(configuration.settings, instruments),
             vouches=self.vouches,
+            task_ids=self.task_ids,
         )
         self._runtime = rt
         if self._told_unredacted is None:

@@ -4,10 +4,11 @@ The rule: the seams never read the environment, re-check a declaration or look u
 call. `instrument()` builds one `Runtime` and binds it into each wrapper (as contrib's httpx
 instrumentation binds its hooks); `uninstrument()` unwraps them. What must be shared by every call
 of the process (each endpoint's retry budget, what each session was declared under, where records
-are vouched for) lives in the Runtime; what one seam alone keeps lives with it (mcp 1.x's carrier:
-`patches/carrier.Carriage`; the legacy-SSE connections: `patches/sse.SseConnections`; the request
-last built from a `json=` dict: `patches/http_send.BuiltRequests`); the runtime in force, and the
-vouches the configurator hands its redaction wrappers, are the instrumentor's (one per process, as
+are vouched for, the task ids seen) lives in the Runtime; what one seam alone keeps lives with it
+(mcp 1.x's carrier: `patches/carrier.Carriage`; the legacy-SSE connections:
+`patches/sse.SseConnections`; the request last built from a `json=` dict:
+`patches/http_send.BuiltRequests`); the runtime in force, and the vouches and the task ids the
+configurator hands its redaction wrappers, are the instrumentor's (one per process, as
 BaseInstrumentor is): no module global holds what a call or the redaction changes. A runtime built
 from a configuration error is `fail_closed`: nothing repeats, spans still record."""
 
@@ -32,6 +33,7 @@ from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.http_conventions import HttpConventions
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
+from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.settings import Settings
 
 _logger = logging.getLogger(__name__)
@@ -121,6 +123,8 @@ class Runtime:
     # Where the calls file their records, vouched for to the redaction: the instrumentor's, one per
     # process as it is (the redaction wrappers read the same).
     vouches: Vouches = field(default_factory=Vouches)
+    # The task ids the calls saw, masked by the redaction: the instrumentor's too, as the vouches.
+    task_ids: TaskIds = field(default_factory=TaskIds)
     # The task-backed calls (tasks.py) of each session not ended yet, by task id, until their task's
     # terminal status is seen. Weak: a session gone is forgotten.
     open_tasks: weakref.WeakKeyDictionary[object, dict[str, Any]] = field(

@@ -24,7 +24,6 @@ from otel_mcp_replay.call import CallTask, ToolCall
 from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.errors import UnknownEffectError
 from otel_mcp_replay.lines import LINE, http_instrumented
-from otel_mcp_replay.redaction.task_ids import TASK_IDS
 from otel_mcp_replay.replay import RequestReplay
 from otel_mcp_replay.runtime import Runtime
 
@@ -63,7 +62,7 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
         return False
     call.abandon()  # its request is over: its attempts are settled
     task_id, status = found
-    TASK_IDS.saw(task_id)  # a credential to the redaction from now on
+    rt.task_ids.saw(task_id)  # a credential to the redaction from now on
     call.task = CallTask(task_id, hashed_task_id(rt.session_key, task_id), status)
     calls: dict[str, ToolCall] = rt.open_tasks.setdefault(session, {})
     calls[task_id] = call

@@ -743,11 +743,11 @@ def test_the_component_key_of_any_other_span_is_left_alone() -> None:
 
 def test_a_task_id_this_process_saw_is_masked_wherever_a_text_holds_it() -> None:
     """fastmcp writes "Task <id> was cancelled" as its span's status description and exception."""
-    from otel_mcp_replay.redaction.task_ids import TASK_IDS
+    from otel_mcp_replay import McpReplayInstrumentor
 
     seen = "tsk-" + TASK_ID[:20]
-    TASK_IDS.saw(seen)
-    pipeline = Pipeline()
+    McpReplayInstrumentor().task_ids.saw(seen)  # as a task-backed call tells it (tasks.py)
+    pipeline = Pipeline()  # an app's own wrapper: it finds the instrumentor's task ids itself
     with pipeline.tracer.start_as_current_span("tools/call charge") as span:
         span.set_attributes({"message": f"Task {seen} was cancelled", "ids": (seen, "other"), "whole": seen})
         span.add_event("exception", {"exception.message": f"Task {seen} was cancelled"})

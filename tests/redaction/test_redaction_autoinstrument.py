@@ -141,8 +141,10 @@ COMPOSE = textwrap.dedent(
         "wrapped": [type(e).__name__ for e in given],
         "inner": [type(e.inner).__name__ for e in given if isinstance(e, RedactingSpanExporter)],
         "refused": sum(e.refused_count for e in given if isinstance(e, RedactingSpanExporter)),
-        # What the configurator passed: the instrumentor's vouches and its refused-records count.
+        # What the configurator passed: the instrumentor's vouches, its task ids and its
+        # refused-records count.
         "vouches": [e._vouches is McpReplayInstrumentor().vouches for e in given],
+        "task ids": [e._task_ids is McpReplayInstrumentor().task_ids for e in given],
         "counted by": [e._on_refused == McpReplayInstrumentor().count_refused for e in given],
     }))
     """
@@ -169,5 +171,6 @@ def test_the_configurator_wraps_every_exporter_and_keeps_a_given_processor_facto
         "inner": ["ConsoleSpanExporter"],
         "refused": 1,
         "vouches": [True],
+        "task ids": [True],
         "counted by": [True],
     }

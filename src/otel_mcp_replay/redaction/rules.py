@@ -11,8 +11,8 @@ once per key by the first of these that applies:
   6. `url.query` / `url.fragment`                                               -> their values masked
   7. anything else                                                              -> text rules only
 and on a span of a task's request (`tasks/*`), the task id it holds (fastmcp's component key, a
-captured `Mcp-Name` header) is masked, as is a task id this process saw wherever a text holds one
-(task_ids.py): a server may use task ids as bearer tokens (SEP-2663);
+captured `Mcp-Name` header) is masked, as is a task id the plugin's calls saw (the `TaskIds` redact is
+given, task_ids.py) wherever a text holds one: a server may use task ids as bearer tokens (SEP-2663);
 then every string that is not masked or hashed goes through the text rules (text.py), as does the
 span's status description. The `mcp.tool.request_attempts` record passes the allow-list (record.py)
 or is refused whole; a record value a key or text rule would change is replaced whole by "REDACTED",
@@ -40,7 +40,7 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import Vouches, validate_record
 from otel_mcp_replay.redaction import keys
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
-from otel_mcp_replay.redaction.task_ids import TASK_IDS
+from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.redaction.text import MASK, TextRules
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
 from otel_mcp_replay.redaction.user_rules import UserRules
@@ -273,9 +273,12 @@ class RedactionRules:
 
     # -- the span --------------------------------------------------------------------------------
 
-    def redact(self, span: ReadableSpan, vouches: Vouches | None = None) -> tuple[ReadableSpan, int]:
+    def redact(
+        self, span: ReadableSpan, vouches: Vouches | None = None, task_ids: TaskIds | None = None
+    ) -> tuple[ReadableSpan, int]:
         """`span` redacted, and how many records were refused in it. A record `vouches` vouches for
         (the plugin filed it) is read back without its cell-by-cell check; any other is checked whole.
+        A task id of `task_ids` (the ids the plugin's calls saw) is masked wherever a text holds it.
 
         Returns `span` itself when no rule changed anything (the checks, the record allow-list
         included, still ran). A span that already went through redaction keeps its session hashes
@@ -316,8 +319,8 @@ class RedactionRules:
             if new_description is not description:
                 status = Status(status.status_code, new_description)
 
-        if TASK_IDS:  # a task id this process saw, wherever a text holds it (task_ids.py)
-            attributes, events, status = _task_ids_masked(span, attributes, events, status)
+        if task_ids:  # a task id this process saw, wherever a text holds it (task_ids.py)
+            attributes, events, status = _task_ids_masked(task_ids, span, attributes, events, status)
         if attributes is None and events is None and links is None and status is original_status:
             return span, 0
         return (
@@ -370,36 +373,42 @@ def _task_id_masked(attributes: Attributes) -> dict[str, Any] | None:
 
 
 def _task_ids_masked(
-    span: ReadableSpan, attributes: dict[str, Any] | None, events: list[Event] | None, status: Status
+    task_ids: TaskIds,
+    span: ReadableSpan,
+    attributes: dict[str, Any] | None,
+    events: list[Event] | None,
+    status: Status,
 ) -> tuple[dict[str, Any] | None, list[Event] | None, Status]:
     """The span's redacted parts (None: unchanged) with every task id seen masked in their texts."""
-    attributes = _without_task_ids(span.attributes if attributes is None else attributes) or attributes
+    attributes = (
+        _without_task_ids(task_ids, span.attributes if attributes is None else attributes) or attributes
+    )
     for index, event in enumerate(span.events if events is None else events):
         if event.name == t.RECORD_EVENT:
             continue  # allow-listed: its own words, a count, a hash, a name
-        new = _without_task_ids(event.attributes)
+        new = _without_task_ids(task_ids, event.attributes)
         if new is not None:
             if events is None:
                 events = list(span.events)
             events[index] = RedactedEvent(event.name, new, event.timestamp, 0)
     if status.description:
-        description = TASK_IDS.masked(status.description)
+        description = task_ids.masked(status.description)
         if description is not status.description:
             status = Status(status.status_code, description)
     return attributes, events, status
 
 
-def _without_task_ids(attributes: Attributes) -> dict[str, Any] | None:
+def _without_task_ids(task_ids: TaskIds, attributes: Attributes) -> dict[str, Any] | None:
     """A copy of `attributes` with every task id seen masked, or None when none holds one."""
     copied = plain_dict(attributes)
-    if not TASK_IDS.held_in(copied.values()):
+    if not task_ids.held_in(copied.values()):
         return None
     changed = False
     for key, value in copied.items():
         if type(value) is str:
-            new: Any = TASK_IDS.masked(value)
+            new: Any = task_ids.masked(value)
         elif type(value) is tuple or type(value) is list:
-            items = tuple(TASK_IDS.masked(item) if type(item) is str else item for item in value)
+            items = tuple(task_ids.masked(item) if type(item) is str else item for item in value)
             new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
         else:
             continue

@@ -5,6 +5,8 @@ The rule: a server may use a task id as a bearer token, and clients write it int
 id is learnt as its task-backed call begins (tasks.py); the redaction then masks it in every string
 it reads, as a whole value or as a word of a text (a run of letters, digits, `-` and `_`: base64url,
 hex and UUID ids), in one linear pass. Bounded: the most recent MAX_KEPT ids are kept. Thread-safe.
+The process's `TaskIds` is the instrumentor's, as its vouches are (`McpReplayInstrumentor.task_ids`):
+every runtime it builds tells it, every redaction wrapper reads it (wrappers.py).
 """
 
 from __future__ import annotations
@@ -64,7 +66,3 @@ class TaskIds:
         if len(text) < 8 or not any(word.group() in ids for word in _WORD.finditer(text)):
             return text
         return _WORD.sub(lambda word: MASK if word.group() in ids else word.group(), text)
-
-
-# The process's: every task-backed call tells it, every redaction reads it.
-TASK_IDS: Final = TaskIds()

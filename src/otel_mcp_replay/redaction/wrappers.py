@@ -2,17 +2,21 @@
 
 The rule: the wrapped processor or exporter is handed a span only after RedactionRules.redact has
 looked at it (a redacted copy, or the very same span when no rule changed anything); a span whose
-redaction fails is dropped, never passed on raw. A wrapper is told what it trusts and where it
-counts, and knows nothing else of the plugin: `vouches`, the records the plugin filed (read back
-without their cell-by-cell check; None, what an app's own wrapper gets: every record checked
-whole), and `on_refused`, called once per refused record (None: the refused-records counter on the
-global meter provider). The configurator passes the instrumentor's.
+redaction fails is dropped, never passed on raw. A wrapper is told what it trusts, what it masks
+and where it counts, and knows nothing else of the plugin: `vouches`, the records the plugin filed
+(read back without their cell-by-cell check; None, what an app's own wrapper gets: every record
+checked whole), `task_ids`, the task ids the plugin's calls saw (None: the instrumentor's, found
+once its module is loaded, so an app's own wrapper masks them too), and `on_refused`, called once
+per refused record (None: the refused-records counter on the global meter provider). The
+configurator passes the instrumentor's.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import get_meter
@@ -21,20 +25,34 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction.rules import RedactionRules
+from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
 
 _logger = logging.getLogger(__name__)
 
+# Where the process's task ids live (its instrumentor's): looked up, never imported from here, as
+# lines.http_instrumented finds the HTTP instrumentor. The instrumentor imports this wing; a process
+# that never loaded it ran no call and saw no task.
+_INSTRUMENTOR_MODULE: Final = "otel_mcp_replay.instrumentor"
+
+
+def _process_task_ids() -> TaskIds | None:
+    """The instrumentor's task ids (one per process, as its vouches), or None: not loaded yet."""
+    instrumentor = getattr(sys.modules.get(_INSTRUMENTOR_MODULE), "McpReplayInstrumentor", None)
+    found: TaskIds | None = None if instrumentor is None else instrumentor().task_ids
+    return found
+
 
 class _Wrapper:
-    """What both wrappers share: the rules, the vouches, the refused-record count and hook, and
-    delegation."""
+    """What both wrappers share: the rules, the vouches, the task ids, the refused-record count and
+    hook, and delegation."""
 
     def __init__(
         self,
         inner: SpanProcessor | SpanExporter,
         rules: RedactionRules | None,
         vouches: Vouches | None,
+        task_ids: TaskIds | None,
         on_refused: Callable[[], None] | None,
     ) -> None:
         self._inner = inner
@@ -42,6 +60,9 @@ class _Wrapper:
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
         # Read now: every record filed into them from now on is vouched for.
         self._vouches = vouches.read() if vouches is not None else None
+        # None: the process's, looked up per span until found (then kept: the instrumentor's is
+        # made once, and is the one every runtime it builds tells).
+        self._task_ids = task_ids
         self._on_refused = on_refused if on_refused is not None else self._count_on_global_meter
         self.refused_count = 0
         self._failure_logged = False
@@ -53,8 +74,11 @@ class _Wrapper:
         counter.add(1)
 
     def _redact(self, span: ReadableSpan) -> ReadableSpan | None:
+        task_ids = self._task_ids
+        if task_ids is None:
+            task_ids = self._task_ids = _process_task_ids()
         try:
-            redacted, refused = self.rules.redact(span, self._vouches)
+            redacted, refused = self.rules.redact(span, self._vouches, task_ids)
         except Exception as error:  # never export what could not be redacted
             level = logging.DEBUG if self._failure_logged else logging.ERROR
             self._failure_logged = True
@@ -82,7 +106,8 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
 
     Redaction runs in `on_end`, on the thread that ends the span: behind a BatchSpanProcessor,
     prefer `BatchSpanProcessor(RedactingSpanExporter(exporter))`, which redacts on the export thread.
-    `vouches` and `on_refused` as the module says; `refused_count` counts the refused records.
+    `vouches`, `task_ids` and `on_refused` as the module says; `refused_count` counts the refused
+    records.
     """
 
     def __init__(
@@ -91,9 +116,10 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
         rules: RedactionRules | None = None,
         *,
         vouches: Vouches | None = None,
+        task_ids: TaskIds | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, vouches, on_refused)
+        _Wrapper.__init__(self, inner, rules, vouches, task_ids, on_refused)
         self.inner = inner
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -118,9 +144,10 @@ class RedactingSpanExporter(_Wrapper, SpanExporter):
         rules: RedactionRules | None = None,
         *,
         vouches: Vouches | None = None,
+        task_ids: TaskIds | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, vouches, on_refused)
+        _Wrapper.__init__(self, inner, rules, vouches, task_ids, on_refused)
         self.inner = inner
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
