@@ -22,7 +22,7 @@ from typing import Final
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.fields import (
-    built_checked,
+    checked_builder,
     field_path,
     fields_of,
     name_path,
@@ -128,6 +128,7 @@ class ToolEntry:
 
 
 _NO_TOOLS: Final[Mapping[str, ToolEntry]] = MappingProxyType({})
+_entry_of_checked: Final = checked_builder(ToolEntry)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class Declaration:
 
 
 COMPATIBILITY: Final = Declaration()
+_declaration_of_checked: Final = checked_builder(Declaration)
 
 
 def declaration_of(raw: object, where: str = "") -> Declaration:
@@ -196,8 +198,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
         for i, (name, raw_entry) in enumerate(raw_tools.items()):
             tool = _tool_name(name, path)
             tools[tool] = _tool_entry_of(raw_entry, name_path(path, tool, i))
-    return built_checked(
-        Declaration,
+    return _declaration_of_checked(
         policy=policy,
         tools=MappingProxyType(tools),
         key_argument=key_argument,
@@ -219,7 +220,7 @@ def _tool_entry_of(raw: object, path: str) -> ToolEntry:
 # entries, not one per tool. All of them, made once: 2 ** len(DECLARABLE_KINDS) * 2.
 _ENTRIES: Final[Mapping[tuple[frozenset[str], bool], ToolEntry]] = MappingProxyType(
     {
-        (frozenset(kinds), changes): built_checked(ToolEntry, on=frozenset(kinds), changes=changes)
+        (frozenset(kinds), changes): _entry_of_checked(on=frozenset(kinds), changes=changes)
         for size in range(len(t.DECLARABLE_KINDS) + 1)
         for kinds in itertools.combinations(t.DECLARABLE_KINDS, size)
         for changes in (False, True)

@@ -8,7 +8,7 @@ the `servers` mapping and the config files all refuse through these, so every re
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, Final, NoReturn, TypeGuard, TypeVar
 
@@ -86,16 +86,16 @@ def is_int(value: object) -> TypeGuard[int]:
 _Frozen = TypeVar("_Frozen")
 
 
-_FIELD_NAMES: Final[dict[type, tuple[str, ...]]] = {}
+def checked_builder(cls: type[_Frozen]) -> Callable[..., _Frozen]:
+    """A builder of `cls`, a frozen dataclass, from values each already checked by its one checker:
+    the constructor's own check (for a direct build) is not run a second time. Its field names are
+    read once, here, and held by the builder (made as its module loads): no cache its calls fill."""
+    names = tuple(each.name for each in fields(cls))  # type: ignore[arg-type]
 
+    def build(**values: Any) -> _Frozen:
+        instance: _Frozen = object.__new__(cls)
+        for name in names:
+            object.__setattr__(instance, name, values[name])
+        return instance
 
-def built_checked(cls: type[_Frozen], **values: Any) -> _Frozen:
-    """A frozen dataclass holding `values`, each already checked by its one checker: the
-    constructor's own check (for a direct build) is not run a second time."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(each.name for each in fields(cls))  # type: ignore[arg-type]
-    instance: _Frozen = object.__new__(cls)
-    for name in names:
-        object.__setattr__(instance, name, values[name])
-    return instance
+    return build

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Final
 
-from otel_mcp_replay.fields import built_checked, is_int, type_error, value_error
+from otel_mcp_replay.fields import checked_builder, is_int, type_error, value_error
 from otel_mcp_replay.store_url import SCHEMES_SPOKEN, StoreUrlProblem, address_of, client_problem
 
 # The retry budget counts in thousandths of a token (as gRPC's retryThrottling): a smaller ratio
@@ -148,6 +148,7 @@ class Settings:
 
 
 DEFAULTS: Final = Settings()
+_settings_of_checked: Final = checked_builder(Settings)
 SETTING_NAMES: Final = tuple(f.name for f in fields(Settings))
 
 
@@ -167,8 +168,8 @@ def settings_of(**kw: object) -> Settings:
 def settings_from_checked(checked: Mapping[str, object]) -> Settings:
     """Settings holding `checked` (values returned by setting_of or setting_from_text), the
     defaults for the rest; nothing is checked again."""
-    return built_checked(
-        Settings, **{name: checked.get(name, getattr(DEFAULTS, name)) for name in SETTING_NAMES}
+    return _settings_of_checked(
+        **{name: checked.get(name, getattr(DEFAULTS, name)) for name in SETTING_NAMES}
     )
 
 
