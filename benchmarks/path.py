@@ -37,6 +37,7 @@ Run: `python -m benchmarks.path` (prints the call path, then the figures as JSON
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import sys
@@ -146,6 +147,7 @@ class Path:
             "callbacks": self.callbacks,
             "goal_met": self.goal_met,
             "goals": {"hops": GOAL_HOPS, "entered_twice": [], "callbacks": GOAL_CALLBACKS},
+            "executions": self.executions,
             "modules": len(set(self.call_path)),
             "segments": len(self.segments),
             "call_hops": len(self.calls),
@@ -233,11 +235,17 @@ def _plugin_frames_below(frame: FrameType) -> list[FrameType]:
 async def profiled_call(client: Client) -> Path:
     """One `call_tool("search")` under sys.setprofile: the plugin modules its functions ran in."""
     path = Path()
+    # No collection during the call: a collection's finalizers (a span gone, its weak references'
+    # callbacks) would run Python code at a moment no call decides, and what is garbage depends on
+    # whatever ran in the process before.
+    gc.collect()
+    gc.disable()
     sys.setprofile(_Profiler(path))
     try:
         await client.call_tool("search", {"query": "profiled"})
     finally:
         sys.setprofile(None)
+        gc.enable()
     return path
 
 

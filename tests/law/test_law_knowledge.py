@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt, open_attempt
 from otel_mcp_replay.call import ToolCall
-from otel_mcp_replay.replay import RequestReplay, series_effect
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.evidence import NO_RESPONSE, NOT_SENT, Outcome, classify
+from otel_mcp_replay.replay import RequestReplay, series_effect
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.telemetry import Effect
 
