@@ -72,8 +72,8 @@ async def _run(quick: bool) -> Section:
                 elapsed = time.monotonic() - started
                 after = _settle(processor)
             tasks_after, fds_after = len(asyncio.all_tasks()), _fds()  # and after it closed
-            rt = McpReplayInstrumentor().runtime
-            budgets = len(rt.budgets) if rt is not None else -1
+            runtime = McpReplayInstrumentor().runtime
+            budgets = len(runtime.budgets) if runtime is not None else -1
             waiting = sum(len(o.waiting) for o in gc.get_objects() if type(o) is SseStream)
         finally:
             plugin.uninstrument()

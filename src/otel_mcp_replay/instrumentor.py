@@ -41,13 +41,13 @@ from otel_mcp_replay.version import __version__
 _logger = logging.getLogger(__name__)
 
 
-def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
+def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
     http = wire.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
     # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
-    carriage = None if LINE.carries_context else carrier.Carriage(rt)
+    carriage = None if LINE.carries_context else carrier.Carriage(runtime)
     # The legacy-SSE connections the HTTP seam watches (patches/sse.py), on both lines.
     connections = sse.SseConnections()
     # Ids of the sessions the HTTP seam saw speaking streamable HTTP: the call seam needs no scope
@@ -56,9 +56,9 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     # The request the client built last from a `json=` dict: kept by the build seam, taken by the HTTP seam.
     builds = http_send.BuiltRequests()
     sending = functools.partial(
-        http_send.send, series.HttpSeam(rt, http, carriage, connections, streamable_sessions), builds
+        http_send.send, series.HttpSeam(runtime, http, carriage, connections, streamable_sessions), builds
     )
-    calling = functools.partial(session.call_tool, rt, streamable_sessions=streamable_sessions)
+    calling = functools.partial(session.call_tool, runtime, streamable_sessions=streamable_sessions)
     seams: list[tuple[str, str, Callable[..., Any]]] = [
         (LINE.http, "AsyncClient.send", sending),
         (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
@@ -68,19 +68,21 @@ def _seams(rt: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]
-    seams += _line_seams(rt, carriage)
+    seams += _line_seams(runtime, carriage)
     if LINE.carries_context:  # a tools/call sent past call_tool (1.x: the carrier's send_request seam)
         seams.append(
             (
                 "mcp.client.session",
                 "ClientSession.send_request",
-                functools.partial(session.send_request, rt, streamable_sessions=streamable_sessions),
+                functools.partial(session.send_request, runtime, streamable_sessions=streamable_sessions),
             )
         )
     return seams
 
 
-def _line_seams(rt: Runtime, carriage: carrier.Carriage | None) -> list[tuple[str, str, Callable[..., Any]]]:
+def _line_seams(
+    runtime: Runtime, carriage: carrier.Carriage | None
+) -> list[tuple[str, str, Callable[..., Any]]]:
     """The seams of the mcp line installed: 2.x's round driver and dispatcher, or 1.x's carrier."""
     seams: list[tuple[str, str, Callable[..., Any]]] = []
     if carriage is None:
@@ -89,7 +91,7 @@ def _line_seams(rt: Runtime, carriage: carrier.Carriage | None) -> list[tuple[st
         if hasattr(importlib.import_module("mcp.client.client"), "stdio_client"):
             seams.append(("mcp.client.client", "stdio_client", stdio.stdio_client))
         # The SDK's round driver (SEP-2322): its rounds are one app-level call.
-        rounds = functools.partial(session.client_call_tool, rt)
+        rounds = functools.partial(session.client_call_tool, runtime)
         seams.append(("mcp.client.client", "Client.call_tool", rounds))
         # A caller's cancel, told to the server: the call ends before the SDK waits on its transport.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
@@ -214,9 +216,9 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         """A record refused by the redaction allow-list (the configurator's wrappers' `on_refused`):
         counted on the meter of the runtime in force, else (the redaction runs without the plugin
         instrumented) on the global provider's."""
-        rt = self._runtime
-        if rt is not None:
-            rt.instruments.records_refused.add(1)
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.instruments.records_refused.add(1)
             return
         if self._refused_uninstrumented is None:
             self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
@@ -227,7 +229,7 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
         instruments = Instruments.on(meter)
-        rt = Runtime(
+        runtime = Runtime(
             tracer=tracer,
             instruments=instruments,
             servers=configuration.servers,
@@ -238,13 +240,13 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             vouches=self.vouches,
             task_ids=self.task_ids,
         )
-        self._runtime = rt
+        self._runtime = runtime
         if self._told_unredacted is None:
             self._told_unredacted = weakref.WeakSet()
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
         check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []
-        for module, name, wrapper in _seams(rt):
+        for module, name, wrapper in _seams(runtime):
             wrap_function_wrapper(module, name, wrapper)
             self._wrapped.append((module, name))
 

@@ -52,7 +52,7 @@ def hashed_task_id(key: bytes, task_id: str) -> str:
     return "h:" + digest[:16]
 
 
-def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
+def opened(runtime: Runtime, call: ToolCall, result: object) -> bool:
     """`call`'s session call returned `result`: when it is a task, the call goes on, open on its
     session until its task ends (True); its creating request is timed now, as the MCP conventions
     time one request."""
@@ -62,9 +62,9 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
         return False
     call.abandon()  # its request is over: its attempts are settled
     task_id, status = found
-    rt.task_ids.saw(task_id)  # a credential to the redaction from now on
-    call.task = CallTask(task_id, hashed_task_id(rt.session_key, task_id), status)
-    calls: dict[str, ToolCall] = rt.open_tasks.setdefault(session, {})
+    runtime.task_ids.saw(task_id)  # a credential to the redaction from now on
+    call.task = CallTask(task_id, hashed_task_id(runtime.session_key, task_id), status)
+    calls: dict[str, ToolCall] = runtime.open_tasks.setdefault(session, {})
     calls[task_id] = call
     if len(calls) > MAX_OPEN_PER_SESSION:
         calls[next(iter(calls))].task_ended("failed")  # the oldest: its caller stopped waiting
@@ -75,9 +75,9 @@ def opened(rt: Runtime, call: ToolCall, result: object) -> bool:
     return True
 
 
-def open_call(rt: Runtime, session: object, task_id: str) -> ToolCall | None:
+def open_call(runtime: Runtime, session: object, task_id: str) -> ToolCall | None:
     """The open task-backed call of `session` whose task is `task_id`, if there is one."""
-    calls = rt.open_tasks.get(session)
+    calls = runtime.open_tasks.get(session)
     return calls.get(task_id) if calls is not None else None
 
 

@@ -387,8 +387,8 @@ async def test_a_protocol_requests_refusal_costs_the_endpoints_budget_as_a_tool_
     answered one gives `ratio` back."""
     instrumentor = instrument(servers=declared(server, {}, STRICT), retry_budget=(10, 1))
     async with Client(server.url, mode="legacy") as client:
-        rt = instrumentor.runtime
-        budget = rt.budgets.for_endpoint(rt.origin(server.url))
+        runtime = instrumentor.runtime
+        budget = runtime.budgets.for_endpoint(runtime.origin(server.url))
         assert budget is not None and budget.tokens == 10
         server.faults.add_method("tools/list", Status(500))
         with pytest.raises(McpError):

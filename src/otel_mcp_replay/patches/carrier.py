@@ -36,7 +36,7 @@ class Carriage:
     """mcp 1.x: the messages sent during a call, kept for the task that POSTs them, with the runtime
     of the `instrument()` that made it."""
 
-    rt: Runtime
+    runtime: Runtime
     # Messages sent during a call, by id, with that call.
     carried: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     # ... and those sent while instrumentation was suppressed (weak: a message gone is forgotten,
@@ -145,7 +145,11 @@ def send_request(
         and session.tool_of(args[0] if args else kwargs.get("request")) is not None
     ):
         return session.send_request(
-            carriage.rt, lambda *a, **k: _carried(carriage, wrapped, instance, a, k), instance, args, kwargs
+            carriage.runtime,
+            lambda *a, **k: _carried(carriage, wrapped, instance, a, k),
+            instance,
+            args,
+            kwargs,
         )
     return _carried(carriage, wrapped, instance, args, kwargs)
 

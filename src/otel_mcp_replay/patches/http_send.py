@@ -65,7 +65,9 @@ def send(
 
 async def _event_stream(seam: HttpSeam, instance: Any, request: Any, sending: Awaitable[Any]) -> Any:
     call = CURRENT_CALL.get()
-    return watch_event_stream(seam.rt, seam.http, seam.connections, instance, request, await sending, call)
+    return watch_event_stream(
+        seam.runtime, seam.http, seam.connections, instance, request, await sending, call
+    )
 
 
 async def _body_read(request: Any, route: Callable[[], Awaitable[Any]]) -> Any:
@@ -133,10 +135,10 @@ def _request(
 ) -> Awaitable[Any]:
     """A JSON-RPC request POSTed: its declaration and target read once, then its call's series, a
     protocol request's, or the client's own send."""
-    rt, carriage = seam.rt, seam.carriage
+    runtime, carriage = seam.runtime, seam.carriage
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
-    declaration = sse.declaration if sse is not None else rt.servers.declaration_for(url)
+    declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
     target = PROTOCOL
     if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
         target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key

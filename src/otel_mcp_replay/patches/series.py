@@ -43,7 +43,7 @@ from otel_mcp_replay.tasks import TaskPoll
 class HttpSeam(NamedTuple):
     """What instrument() bound into the HTTP seam, once."""
 
-    rt: Runtime
+    runtime: Runtime
     http: HttpLibrary
     carriage: Carriage | None  # mcp 1.x's carrier (patches/carrier.py); None on 2.x
     connections: SseConnections  # the legacy-SSE connections watched (patches/sse.py)
@@ -67,8 +67,8 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
     """A request that runs no tool (or a tools/call outside call_tool, under the law, unrecorded):
     a 429 and the adapter's own refusal are asked again; a transport error is the SDK's, as it
     always was."""
-    rt = seam.rt
-    origin = rt.origin(req.url)  # whose bucket its attempts are charged to
+    runtime = seam.runtime
+    origin = runtime.origin(req.url)  # whose bucket its attempts are charged to
     policy: ReplayPolicy | None = None  # made at the first failure, as a tool series' is
     latest: Any = None
     while True:
@@ -76,12 +76,14 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
             await latest.aclose()  # released before the next attempt is sent
         latest = await req.exchange_once()
         outcome, _, _ = await outcome_of(seam.http, req.declaration, latest)
-        rt.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
+        runtime.budgets.charge(origin, outcome)  # the endpoint's bucket, charged apart from the policy
         if outcome.failure is None:
             return latest  # nothing to decide
         if policy is None:
-            policy = rt.budgets.policy(origin, req.declaration, req.target, rt.settings, rt.fail_closed)
-        decision, policy = policy.after(outcome, rt.rng)
+            policy = runtime.budgets.policy(
+                origin, req.declaration, req.target, runtime.settings, runtime.fail_closed
+            )
+        decision, policy = policy.after(outcome, runtime.rng)
         if not isinstance(decision, Wait):
             return latest
         await anyio.sleep(decision.ms / 1000)
@@ -93,12 +95,14 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
 async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     """A tool call's request: bound to its call (refused there, unsent, when it must be), its
     attempts, then what the SDK is handed."""
-    rt = seam.rt
+    runtime = seam.runtime
     if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
-        declaration = rt.servers.strictest_on_origin(req.url)
+        declaration = runtime.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
         req = req._replace(declaration=declaration, target=target_of(req.body, declaration, from_json=True))
-    origin = rt.origin(req.url)  # the endpoint's, when undeclared; whose bucket the attempts are charged to
+    origin = runtime.origin(
+        req.url
+    )  # the endpoint's, when undeclared; whose bucket the attempts are charged to
     # Its first request (a redirect's next hop comes back here too); one refused is never sent.
     if call.declaration is None and await _first_request(seam, call, req, origin):
         return await _handed(seam.http, call, req, None)
@@ -118,9 +122,9 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
 async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> bool:
     """The call's request seen leaving: the call is bound to it. True: it must not be sent at all,
     and the call is stopped with why."""
-    rt, http, sse, declaration, target = seam.rt, seam.http, req.sse, req.declaration, req.target
+    runtime, http, sse, declaration, target = seam.runtime, seam.http, req.sse, req.declaration, req.target
     endpoint = sse.endpoint if sse is not None else declaration.label or origin
-    call.bind(req.body["id"], declaration, endpoint, _route(rt, call, req.request, req.url, sse))
+    call.bind(req.body["id"], declaration, endpoint, _route(runtime, call, req.request, req.url, sse))
     if (
         req.streamable
         and sse is None
@@ -132,9 +136,9 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
     matched = sse is not None or req.streamable
     entry = declaration.tools.get(target.tool) if target.tool else None
     if (declaration.policy == "app-authorized" and not matched) or (
-        entry is not None and entry.changes and not target.key_carried and rt.guard is not None
+        entry is not None and entry.changes and not target.key_carried and runtime.guard is not None
     ):
-        why = await _why_not_sent(rt, call, req.url, target, matched)
+        why = await _why_not_sent(runtime, call, req.url, target, matched)
         if why is not None:
             repeat = isinstance(why, RepeatRefusedError)
             call.stop(why, declined="repeat-of-unknown" if repeat else None)
@@ -147,7 +151,7 @@ async def poll_series(seam: HttpSeam, poll: TaskPoll, req: SeamRequest) -> Any:
     span, repeated as the law says of a pure read (`req.target` is TASK_POLL); a poll that got no
     response at all is failed alone, never its session (the SDK would tear the transport down)."""
     poll.replay.id = req.body["id"]
-    got = await _attempts(seam, poll, req, seam.rt.origin(req.url), poll.wait_unless_abandoned)
+    got = await _attempts(seam, poll, req, seam.runtime.origin(req.url), poll.wait_unless_abandoned)
     if got.outcome.status == 0 and got.error is not None and got.outcome.effect != "none":
         return synthetic_error(seam.http, req.request, req.body["id"], "no response")
     if got.response is None:
@@ -167,12 +171,12 @@ async def _attempts(
     charge the endpoint's bucket, ask the policy, wait, and close the attempt with the policy's
     decision. The policy is made at the first failure: an answer decides nothing. Returns the final
     attempt's exchange: its response, else its transport error."""
-    rt = seam.rt
+    runtime = seam.runtime
     # What every attempt is exchanged with, once. The law's word on a repeat after a cut of its event
     # stream is asked only of a 2xx that is one (failing closed: NOT_PERMITTED).
     after_a_cut: Callable[[], Decision] = (
         _not_permitted
-        if rt.fail_closed
+        if runtime.fail_closed
         else functools.partial(permit, req.declaration, req.target, "network")
     )
     sse, request_id = req.sse, req.body["id"]
@@ -189,12 +193,14 @@ async def _attempts(
             await response.aclose()
         got = await attempt.send(seam.http, sending)
         response = got.response
-        rt.budgets.charge(origin, got.outcome)
+        runtime.budgets.charge(origin, got.outcome)
         decision: Wait | Declined | None = None  # an answer decides nothing
         if got.outcome.failure is not None:
             if policy is None:
-                policy = rt.budgets.policy(origin, req.declaration, req.target, rt.settings, rt.fail_closed)
-            decision, policy = policy.after(got.outcome, rt.rng)
+                policy = runtime.budgets.policy(
+                    origin, req.declaration, req.target, runtime.settings, runtime.fail_closed
+                )
+            decision, policy = policy.after(got.outcome, runtime.rng)
         if not isinstance(decision, Wait):
             attempt.close(0, None if decision is None else decision.reason)
             return got
@@ -259,21 +265,21 @@ async def _handed(
     return response
 
 
-def _route(rt: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
+def _route(runtime: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
     """Where the call's request goes, for its spans: read once per session and URL (the protocol
     version and the session id do not change once its calls begin)."""
     session = call.session
-    known = rt.session_routes.get(session) if session is not None else None
+    known = runtime.session_routes.get(session) if session is not None else None
     if known is not None and known[0] == url:
         found: Route = known[1]
         return found
-    route = _read_route(rt, session, request, url, sse)
+    route = _read_route(runtime, session, request, url, sse)
     if session is not None:
-        rt.session_routes[session] = (url, route)
+        runtime.session_routes[session] = (url, route)
     return route
 
 
-def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseStream | None) -> Route:
+def _read_route(runtime: Runtime, session: object, request: Any, url: str, sse: SseStream | None) -> Route:
     """The endpoint, the protocol version the session negotiated (2.x says; else the header the
     transport sends it in), the legacy-era session id."""
     version = getattr(session, "protocol_version", None)
@@ -289,19 +295,21 @@ def _read_route(rt: Runtime, session: object, request: Any, url: str, sse: SseSt
     if version == "2026-07-28":
         session_id = None  # the conventions: no session id for 2026-07-28 calls
     version = version if type(version) is str else None
-    return route_of(rt.session_key, rt.instruments.http, rt.span_endpoint(url), version, session_id)
+    return route_of(
+        runtime.session_key, runtime.instruments.http, runtime.span_endpoint(url), version, session_id
+    )
 
 
 async def _why_not_sent(
-    rt: Runtime, call: ToolCall, url: str, target: Target, matched: bool
+    runtime: Runtime, call: ToolCall, url: str, target: Target, matched: bool
 ) -> Exception | None:
     """Why this call, of a changing tool without its key or on a connection whose answers cannot be
     matched, must not be sent at all, if it must not."""
     if not matched:
         return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
-    assert rt.guard is not None
-    call.fingerprinted(rt.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments()))
-    if call.fingerprint is not None and await rt.guard.refuses_shared(
+    assert runtime.guard is not None
+    call.fingerprinted(runtime.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments()))
+    if call.fingerprint is not None and await runtime.guard.refuses_shared(
         call.fingerprint, repeat_confirmed=call.repeat_confirmed
     ):
         return RepeatRefusedError(call.tool)

@@ -40,7 +40,7 @@ CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVa
 
 
 async def call_tool(
-    rt: Runtime,
+    runtime: Runtime,
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
@@ -58,7 +58,7 @@ async def call_tool(
         return await wrapped(*args, **kwargs)
     continues = app_call is not None and app_call.continues
     # The HTTP seam reads the call's own flag (1.x sends from another task).
-    call = ToolCall(rt, name, instance, app_call, continues=continues)
+    call = ToolCall(runtime, name, instance, app_call, continues=continues)
     after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
@@ -77,7 +77,7 @@ async def call_tool(
             app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
         seen = call.failed(exc)
         if call.guard_armed is not None:
-            await _tell_store(rt, call)
+            await _tell_store(runtime, call)
         if after_mismatch and isinstance(seen, RepeatRefusedError):
             seen = RepeatRefusedError(name, sdk_resend=True)  # the app called once: say what happened
         if seen is None:
@@ -92,11 +92,11 @@ async def call_tool(
         CURRENT_CALL.reset(token)
     if app_call is not None:
         app_call.mismatched = False
-    if tasks.opened(rt, call, result):  # a task: the call ends as its task does
+    if tasks.opened(runtime, call, result):  # a task: the call ends as its task does
         return result
     call.completed(result)
     if call.guard_armed is not None:
-        await _tell_store(rt, call)
+        await _tell_store(runtime, call)
     return result
 
 
@@ -106,18 +106,18 @@ def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) 
     return session is app_call.session and tool == app_call.tool and arguments is app_call.arguments
 
 
-async def _tell_store(rt: Runtime, call: Round) -> None:
+async def _tell_store(runtime: Runtime, call: Round) -> None:
     """What the repeat guard remembered of this call, told to its shared store (if one is named),
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
-    guard = rt.guard
+    guard = runtime.guard
     armed = call.guard_armed
     if guard is not None and guard.shared is not None and call.fingerprint is not None and armed is not None:
         await guard.settled_shared(call.fingerprint, may_have_run=armed)
 
 
 async def client_call_tool(
-    rt: Runtime,
+    runtime: Runtime,
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
@@ -131,7 +131,7 @@ async def client_call_tool(
         session = instance.session  # type: ignore[attr-defined]
     except RuntimeError:  # not entered: the SDK raises its own error
         return await wrapped(*args, **kwargs)
-    app_call = AppCall(rt, name, arguments, session)
+    app_call = AppCall(runtime, name, arguments, session)
     token = CURRENT_APP_CALL.set(app_call)
     try:
         result = await wrapped(*args, **kwargs)
@@ -139,14 +139,14 @@ async def client_call_tool(
         claimed = app_call.unfiled  # a claimed result: its round is settled as the app's call ends
         app_call.ended(exc)
         if claimed is not None:
-            await _tell_store(rt, claimed)
+            await _tell_store(runtime, claimed)
         raise
     finally:
         CURRENT_APP_CALL.reset(token)
     claimed = app_call.unfiled
     app_call.ended(None, result)
     if claimed is not None:
-        await _tell_store(rt, claimed)
+        await _tell_store(runtime, claimed)
     return result
 
 
@@ -217,7 +217,7 @@ async def _stoppable(
 
 
 def send_request(
-    rt: Runtime,
+    runtime: Runtime,
     wrapped: Callable[..., Awaitable[Any]],
     instance: object,
     args: tuple[Any, ...],
@@ -235,21 +235,21 @@ def send_request(
     name = tool_of(request)
     if name is None:  # a poll of an open task-backed call's task is that call's (tasks.py)
         task_id = tasks.request_task(request)
-        call = None if task_id is None else tasks.open_call(rt, instance, task_id)
+        call = None if task_id is None else tasks.open_call(runtime, instance, task_id)
         if call is None or not is_instrumentation_enabled():
             return wrapped(*args, **kwargs)
-        return _poll(rt, call, wrapped, args, kwargs)
+        return _poll(runtime, call, wrapped, args, kwargs)
     if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
 
     async def sent(*_: Any, **__: Any) -> Any:
         return await wrapped(*args, **kwargs)
 
-    return call_tool(rt, sent, instance, (name,), {}, streamable_sessions)
+    return call_tool(runtime, sent, instance, (name,), {}, streamable_sessions)
 
 
 async def _poll(
-    rt: Runtime,
+    runtime: Runtime,
     call: ToolCall,
     wrapped: Callable[..., Awaitable[Any]],
     args: tuple[Any, ...],
@@ -257,7 +257,7 @@ async def _poll(
 ) -> Any:
     """A poll (`tasks/get`) of an open task-backed call's task (tasks.py): sent under the call's span,
     its answer read for the task's status; a poll that fails ends that call alone."""
-    poll = tasks.TaskPoll(rt, call)
+    poll = tasks.TaskPoll(runtime, call)
     token = tasks.CURRENT_POLL.set(poll)
     otel_token = otel_context.attach(call.call_span.context)
     try:
@@ -265,7 +265,7 @@ async def _poll(
     except BaseException as exc:
         seen = tasks.poll_failed(call, poll, exc)
         if call.guard_armed is not None:
-            await _tell_store(rt, call)
+            await _tell_store(runtime, call)
         if seen is None:
             raise
         raise seen from seen.__cause__
@@ -274,7 +274,7 @@ async def _poll(
         tasks.CURRENT_POLL.reset(token)
     tasks.status_seen(call, result)
     if call.guard_armed is not None:  # its task ended: what the guard remembers, told
-        await _tell_store(rt, call)
+        await _tell_store(runtime, call)
     return result
 
 

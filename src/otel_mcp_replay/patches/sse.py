@@ -73,7 +73,7 @@ class SseConnections:
 
 
 def watch_event_stream(
-    rt: Runtime,
+    runtime: Runtime,
     http: HttpLibrary,
     connections: SseConnections,
     client: Any,
@@ -85,8 +85,8 @@ def watch_event_stream(
     if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
         return response
     get_url = str(request.url)
-    declaration = rt.servers.declaration_for(get_url)
-    stream = SseStream(declaration, declaration.label or rt.origin(get_url))
+    declaration = runtime.servers.declaration_for(get_url)
+    stream = SseStream(declaration, declaration.label or runtime.origin(get_url))
     waiting = stream.waiting
 
     def on_endpoint(path: str) -> None:
