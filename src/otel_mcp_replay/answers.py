@@ -190,7 +190,7 @@ class EventWatch:
 class Tee:
     """The chunks of a stream's iteration `rest` as it is read, each kept in `read` on the way: the
     body of a stand-in response whose events the plugin reads ahead of the SDK (patches/wire.py).
-    Closing it closes nothing: the stream is the SDK's, read on by `Replay`. The HTTP seam makes it
+    Closing it closes nothing: the stream is the SDK's, read on by `ReadAhead`. The HTTP seam makes it
     a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""
 
     def __init__(self, read: list[bytes], rest: AsyncIterator[bytes]) -> None:
@@ -209,7 +209,7 @@ class Tee:
         return None
 
 
-class Replay:
+class ReadAhead:
     """A stream read in part already (`read`, its chunks), then the rest of its iteration (`rest`),
     passed through unchanged: the SDK reads every byte the server sent, in order. The HTTP seam makes
     it a subclass of its client library's AsyncByteStream (HttpLibrary.of)."""

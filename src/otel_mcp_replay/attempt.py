@@ -6,7 +6,7 @@ exchange: -> EXCHANGED, or a redirect the client follows: -> REDIRECTED, the nex
 attempt), `close` with the policy's decision (-> DONE, or -> AWAITING its answer on a stream), and
 from the stream `heard` (-> DONE); `abandon` settles it as what is known when its request ends
 first. At DONE its span ends, its row is written and it is counted, once. It is the only writer of
-its request's per-attempt facts, the ledger (replay.RequestReplay). A request the HTTP client sent
+its request's per-attempt facts, the ledger (ledger.RequestReplay). A request the HTTP client sent
 again of itself (an auth flow's re-send) is an attempt of its own.
 """
 
@@ -27,9 +27,9 @@ from otel_mcp_replay.call_span import CallSpan, type_name
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import Permission
+from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
 from otel_mcp_replay.record import AttemptRow
-from otel_mcp_replay.replay import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import DeclinedReason
 
@@ -46,7 +46,7 @@ class AttemptsOwner(Protocol):
     tool: str
     runtime: Runtime
     call_span: CallSpan  # its attempts' spans are children of the call's span
-    replay: RequestReplay  # its ledger, which its attempts write
+    ledger: RequestReplay  # its ledger, which its attempts write
     attempt: Attempt | None  # the open one
 
 
@@ -135,24 +135,24 @@ class Attempt:
         self.wait_ms, self.declined = wait_ms, declined
         outcome = self.outcome
         self.repeated = outcome.failure is not None and declined is None
-        replay, error = self.owner.replay, self.error
+        ledger, error = self.owner.ledger, self.error
         # What its exchange showed, written to the ledger once.
         if self.http_version is not None:
-            replay.http_version = self.http_version
+            ledger.http_version = self.http_version
         body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
         if error is not None and not body_cut:
             self.error_type = type_name(error)
         if outcome.effect != "none":
-            replay.sent += 1
+            ledger.sent += 1
             if outcome.failure == "network":  # (at an exchange's end: no whole response)
-                replay.unanswered = True  # none at all, or its body cut (a received refusal is never this)
+                ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
-            replay.answer_came = True
-        replay.final_error = error  # the final error is the latest attempt's (None: a response)
-        if not self.repeated and outcome.status and replay.delivered is None and not body_cut:
+            ledger.answer_came = True
+        ledger.final_error = error  # the final error is the latest attempt's (None: a response)
+        if not self.repeated and outcome.status and ledger.delivered is None and not body_cut:
             # The attempt the SDK was handed: the first word stands. A body cut is never handed on
             # (the SDK gets the error, or what ends this one call).
-            replay.delivered = outcome.status
+            ledger.delivered = outcome.status
         if outcome.effect is not None:
             self._done()
         else:
@@ -174,7 +174,7 @@ class Attempt:
         stays AWAITING until its request ends; or (`lost` not None) the connection's own stream
         (SSE) ended (`lost`: was lost) before it: it never comes, and it is settled now."""
         if answer is not None:
-            self.owner.replay.answer_came = True
+            self.owner.ledger.answer_came = True
             if self.state != "awaiting":
                 self.early = answer
                 if self._answer_seen is not None:
@@ -188,7 +188,7 @@ class Attempt:
         elif self.state == "awaiting" and cut is not None:
             if declined is not None:
                 self.declined = declined
-            self.owner.replay.final_error = cut
+            self.owner.ledger.final_error = cut
             self.stream_cut = True
 
     def abandon(self) -> None:
@@ -209,7 +209,7 @@ class Attempt:
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
             self._exchanged(GIVEN_UP)
-            self.owner.replay.unanswered = True
+            self.owner.ledger.unanswered = True
             self.close(0, "not-retryable")
         elif self.state == "exchanged":
             self.close(0, "budget")
@@ -265,11 +265,11 @@ class Attempt:
     def _done(self) -> None:
         self.state = "done"
         owner, outcome = self.owner, self.outcome
-        replay = owner.replay
+        ledger = owner.ledger
         assert outcome.effect is not None
         if owner.attempt is self:
             owner.attempt = None
-        replay.effect = SERIES_EFFECT[replay.effect, outcome.effect]  # uncertainty survives
+        ledger.effect = SERIES_EFFECT[ledger.effect, outcome.effect]  # uncertainty survives
         attributes: Attributes = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         status = outcome.status
         # The HTTP conventions' error.type: the status from 400, else the type of the error that
@@ -281,7 +281,7 @@ class Attempt:
             attributes[t.FAILURE] = outcome.failure
             self.span.set_status(Status(StatusCode.ERROR))
         if outcome.answered and outcome.failure == "error":
-            replay.error_answered = True  # the server answered it with a JSON-RPC error
+            ledger.error_answered = True  # the server answered it with a JSON-RPC error
         if self.declined is not None:
             attributes[t.DECLINED] = self.declined
         if self.repeated:
@@ -290,14 +290,14 @@ class Attempt:
         self.span.end(end_time=self.ended_ns or None)
         route = owner.call_span.route
         started = getattr(self.span, "start_time", None)  # the SDK's span: the POST began there
-        if replay.records_http_duration and route is not None and route.endpoint is not None and started:
+        if ledger.records_http_duration and route is not None and route.endpoint is not None and started:
             # The HTTP client duration for its POST, which the HTTP client instrumentation,
             # suppressed under its span, no longer records itself.
             seconds = max(self.ended_ns - started, 0) / 1e9
             http.record(seconds, route.post_metric_attributes, status, self.http_version, error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by
-        replay.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)
+        ledger.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)
         metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: owner.tool}
         if outcome.failure is not None:
             metric[t.FAILURE] = outcome.failure
@@ -314,17 +314,17 @@ class Attempt:
 def _span_of(owner: AttemptsOwner, permission: Permission | None, start_ns: int | None) -> Span:
     """The span of the request's next attempt, begun now (or at `start_ns`): the HTTP client span
     of its POST."""
-    replay = owner.replay
-    replay.attempts += 1
+    ledger = owner.ledger
+    ledger.attempts += 1
     route = owner.call_span.route
     if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
         return trace.INVALID_SPAN
-    number = replay.attempts  # a redirect's follow-up continues the numbering
+    number = ledger.attempts  # a redirect's follow-up continues the numbering
     # Its POST in the HTTP conventions in force (read once per route), then the replay's facts.
     attributes: Attributes = {
         **route.post_span_attributes,
         t.GEN_AI_TOOL_NAME: owner.tool,
-        t.JSONRPC_REQUEST_ID: str(replay.id),
+        t.JSONRPC_REQUEST_ID: str(ledger.id),
         t.ATTEMPT: number,
     }
     if number > 1 and route.resend_count is not None:

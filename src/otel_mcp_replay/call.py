@@ -2,7 +2,7 @@
 
 The rule: a call is given up (`abandon`) when the caller has its outcome or stopped waiting:
 nothing more is sent for it, and an attempt still open is settled as what is known of it. It ends
-in one place (`_ended`): its record filed once, from its request's ledger (replay.RequestReplay,
+in one place (`_ended`): its record filed once, from its request's ledger (ledger.RequestReplay,
 which its attempts write and it only reads), its request's point of the operation duration, and
 its span's outcome (call_span.CallSpan.end), or its app's call's, which it is a round of
 (rounds.py). Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
@@ -34,9 +34,9 @@ from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.evidence import Answer, classify
 from otel_mcp_replay.guard import CONFIRMED
+from otel_mcp_replay.ledger import RequestReplay
 from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
 from otel_mcp_replay.record import RecordRefused, call_record
-from otel_mcp_replay.replay import RequestReplay
 from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, TaskStatus
@@ -66,7 +66,7 @@ class CallTask:
 class ToolCall:
     """One `call_tool`: its span, the request it sent, its attempts, and how it ends.
 
-    Its request's replay facts are its ledger's (`replay`, replay.RequestReplay), written by its
+    Its request's replay facts are its ledger's (`ledger`, ledger.RequestReplay), written by its
     attempts; the seams tell the call what they saw through its named steps. Not thread-safe: one
     call's owners take turns on one event loop.
     """
@@ -113,14 +113,14 @@ class ToolCall:
         else:  # a round of the app's call: its span, its next round number
             self.app_call = app_call
             self.round, self.call_span = app_call.next_round()
-        self.replay = RequestReplay()
+        self.ledger = RequestReplay()
 
     def bind(self, request_id: object, declaration: Declaration, endpoint: str, route: Route) -> None:
         """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
         self.declaration, self.endpoint = declaration, endpoint
-        replay = self.replay
-        replay.id = request_id
-        replay.records_http_duration = http_instrumented()
+        ledger = self.ledger
+        ledger.id = request_id
+        ledger.records_http_duration = http_instrumented()
         self.call_span.route = route  # its span says it as the call ends, in one write
         if self.session is not None:
             self.runtime.session_endpoints[self.session] = (declaration, endpoint)
@@ -129,7 +129,7 @@ class ToolCall:
 
     def sent_as(self, request_id: object) -> None:
         """Its request left under `request_id` by a way the HTTP seam does not see (stdio)."""
-        self.replay.id = request_id
+        self.ledger.id = request_id
 
     def fingerprinted(self, fingerprint: bytes | None) -> None:
         """The repeat guard's hash of it (a changing call without its key), told as it ends."""
@@ -156,7 +156,7 @@ class ToolCall:
         if self.attempt is not None:
             self.attempt.heard(kind)
         else:
-            self.replay.answer_came = True
+            self.ledger.answer_came = True
 
     def connection_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
@@ -215,9 +215,9 @@ class ToolCall:
         # An event stream's missing answer is known only once its watch saw the SDK read it to the end.
         watch = attempt.watch if attempt is not None else None
         seen = watch is None or watch.ended
-        replay = self.replay
-        if not self.abandoned and self.app_authorized and replay.accepted_without_answer and seen:
-            self.stop(replay.final_error if replay.final_error is not None else lost_answer())
+        ledger = self.ledger
+        if not self.abandoned and self.app_authorized and ledger.accepted_without_answer and seen:
+            self.stop(ledger.final_error if ledger.final_error is not None else lost_answer())
 
     # -- the end --
 
@@ -260,25 +260,25 @@ class ToolCall:
         `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
-        replay = self.replay
+        ledger = self.ledger
         # The caller's own: its cancellation, or the SDK's error for its read timeout.
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc)
         stopped = self.stopped_with
-        refused = stopped is not None and not replay.rows  # refused before anything was sent
+        refused = stopped is not None and not ledger.rows  # refused before anything was sent
         # A caller that gave up sees its own cancellation, never "may have run".
-        uncertain = not refused and replay.uncertain(self.app_authorized) and not cancelled
+        uncertain = not refused and ledger.uncertain(self.app_authorized) and not cancelled
         if refused:
             seen = None if cancelled else stopped
         elif uncertain:
             seen = UnknownEffectError(self.tool)
-            seen.__cause__ = replay.final_error if replay.final_error is not None else exc
+            seen.__cause__ = ledger.final_error if ledger.final_error is not None else exc
         elif stopped is not None and not cancelled:
             seen = stopped  # the server's refusal, which the SDK would not have raised in time
         self.server_code = self._server_code(exc) if seen is None else None
         failure_type = error_type(seen or exc, self.server_code)
         # Its request was attempted (one refused before it was sent is no request, and arms nothing).
         self.ended(
-            "failed", failure_type, may_have_run=uncertain, request=bool(replay.rows), guard=not refused
+            "failed", failure_type, may_have_run=uncertain, request=bool(ledger.rows), guard=not refused
         )
         return seen
 
@@ -289,7 +289,7 @@ class ToolCall:
         code = getattr(getattr(exc, "error", None), "code", None)
         if type(code) is not int or not isinstance(exc, LINE.error_base()):
             return None
-        if self.replay.error_answered:
+        if self.ledger.error_answered:
             return code
         refusal = self.refusal
         try:
@@ -313,16 +313,16 @@ class ToolCall:
         """The one end of a call, and of each part of it: its record, the repeat guard, its request's
         operation point, its span (call_span.CallSpan.end, the call counted there) or, for a round,
         its app's call told (rounds.AppCall.round_ended), which writes the span once."""
-        replay = self.replay
+        ledger = self.ledger
         if filed:
             self._file(verdict, may_have_run)
             if guard and self.fingerprint is not None and self.runtime.guard is not None:
                 failed = verdict == "failed"
-                self.guard_armed = self.runtime.guard.ended(self.fingerprint, replay.effect, failed=failed)
+                self.guard_armed = self.runtime.guard.ended(self.fingerprint, ledger.effect, failed=failed)
         if request:
             code = self.server_code if failure_type is not None else None
             route, runtime = self.call_span.route, self.runtime
-            http_version = replay.http_version
+            http_version = ledger.http_version
             record_operation(
                 runtime, self.tool, self.started_ns, route, failure_type, code, http_version, self.local
             )
@@ -331,24 +331,24 @@ class ToolCall:
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict, filed=filed)
             return
-        policy, effect = (self.declaration or COMPATIBILITY).policy, replay.effect
+        policy, effect = (self.declaration or COMPATIBILITY).policy, ledger.effect
         outcome: dict[str, str | int | bool] = {
-            t.JSONRPC_REQUEST_ID: str(replay.id),
+            t.JSONRPC_REQUEST_ID: str(ledger.id),
             t.POLICY: policy,
-            t.SENT: replay.sent,
+            t.SENT: ledger.sent,
             t.EFFECT: effect,
             t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: replay.may_have_run,
+            t.MAY_HAVE_RUN: ledger.may_have_run,
         }
         metric = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
-        code, http_version = self.server_code, replay.http_version
+        code, http_version = self.server_code, ledger.http_version
         self.call_span.end(self.runtime, metric, outcome, failure_type, code, http_version, self.local)
 
     def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
         """Its record, built from its ledger and filed once, vouched for to the redaction; a record
         that cannot be filed never breaks the caller's call."""
-        replay, task = self.replay, self.task
-        replay.may_have_run = may_have_run
+        ledger, task = self.ledger, self.task
+        ledger.may_have_run = may_have_run
         if task is not None and self.session is not None:  # its task's polls end with it
             self.runtime.open_tasks.get(self.session, {}).pop(task.id, None)
         span = self.call_span.span
@@ -357,14 +357,14 @@ class ToolCall:
                 self._without_http(verdict)
             record = call_record(
                 policy=(self.declaration or COMPATIBILITY).policy,
-                sent=replay.sent,
-                effect=replay.effect,
+                sent=ledger.sent,
+                effect=ledger.effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
                 endpoint=self.endpoint,
                 tool=self.tool,
-                request_id=str(replay.id),
-                rows=replay.rows,
+                request_id=str(ledger.id),
+                rows=ledger.rows,
                 call_round=self.round,
                 task=None if task is None else (task.hash, task.status),
             )
@@ -379,16 +379,16 @@ class ToolCall:
         """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
         none, under its session's known policy and endpoint. Else it went another way (stdio,
         in-process): one attempt, never repeated, as it ran."""
-        replay = self.replay
-        if replay.id is None and verdict == "failed":
+        ledger = self.ledger
+        if ledger.id is None and verdict == "failed":
             known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
             if known is None:
                 known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
             self.declaration, self.endpoint = known
-            replay.id = UNKNOWN_REQUEST_ID
+            ledger.id = UNKNOWN_REQUEST_ID
             return
-        if replay.id is None:
-            replay.id = UNKNOWN_REQUEST_ID
+        if ledger.id is None:
+            ledger.id = UNKNOWN_REQUEST_ID
         self.endpoint, self.local = LOCAL_ENDPOINT, True
         applied = verdict != "failed"
         # No HTTP status: 0; the call's own end is its one attempt's outcome.

@@ -14,7 +14,7 @@ from typing import Protocol
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.call_span import CallSpan, error_type
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
-from otel_mcp_replay.replay import SERIES_EFFECT, RequestReplay
+from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallVerdict, Effect
 
@@ -31,7 +31,7 @@ class EndedTask(Protocol):
 class Round(Protocol):
     """What the app's call reads of one of its rounds (call.ToolCall) as the round ends."""
 
-    replay: RequestReplay  # its request's ledger
+    ledger: RequestReplay  # its request's ledger
     declaration: Declaration | None
     server_code: int | None
     local: bool
@@ -80,8 +80,8 @@ class AppCall:
         self.last = (call, verdict)
         self.continues = verdict == "input-required"
         self.unfiled = None if filed else call
-        self.effect = SERIES_EFFECT[self.effect, call.replay.effect]  # uncertainty survives
-        self.sent += call.replay.sent
+        self.effect = SERIES_EFFECT[self.effect, call.ledger.effect]  # uncertainty survives
+        self.sent += call.ledger.sent
 
     def ended(self, error: BaseException | None, result: object = None) -> None:
         """The app's call returned `result` (`error` None) or raised `error`: end its span, count it
@@ -109,9 +109,9 @@ class AppCall:
             t.SENT: self.sent,
             t.EFFECT: self.effect,
             t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: call.replay.may_have_run and error is not None,
+            t.MAY_HAVE_RUN: call.ledger.may_have_run and error is not None,
             t.POLICY: policy,
-            t.JSONRPC_REQUEST_ID: str(call.replay.id),
+            t.JSONRPC_REQUEST_ID: str(call.ledger.id),
         }
         task_failed = error is None and verdict == "failed"  # its task ended failed or cancelled
         code = call.server_code if error is not None or task_failed else None
@@ -122,4 +122,4 @@ class AppCall:
         elif verdict == "tool-error":
             failure_type = t.TOOL_ERROR
         metric = {t.VERDICT: verdict, t.EFFECT: self.effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
-        call_span.end(self.runtime, metric, outcome, failure_type, code, call.replay.http_version, call.local)
+        call_span.end(self.runtime, metric, outcome, failure_type, code, call.ledger.http_version, call.local)

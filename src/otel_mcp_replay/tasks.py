@@ -23,8 +23,8 @@ from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import CallTask, ToolCall
 from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.errors import UnknownEffectError
+from otel_mcp_replay.ledger import RequestReplay
 from otel_mcp_replay.lines import LINE, http_instrumented
-from otel_mcp_replay.replay import RequestReplay
 from otel_mcp_replay.runtime import Runtime
 
 # The open task-backed calls one session keeps: past it, the oldest (a task handle its app never
@@ -91,8 +91,8 @@ class TaskPoll:
     def __init__(self, runtime: Runtime, call: ToolCall) -> None:
         self.runtime, self.call, self.tool = runtime, call, call.tool
         self.call_span: CallSpan = call.call_span
-        self.replay = RequestReplay()
-        self.replay.records_http_duration = call.call_span.route is not None and http_instrumented()
+        self.ledger = RequestReplay()
+        self.ledger.records_http_duration = call.call_span.route is not None and http_instrumented()
 
     async def wait_unless_abandoned(self, delay_ms: int) -> bool:
         """Sleep `delay_ms` before the next attempt (a poll is of the 2026-07-28 era, whose caller's
@@ -146,7 +146,7 @@ def poll_failed(call: ToolCall, poll: TaskPoll, exc: BaseException) -> BaseExcep
         call.task_ended("failed", exc)  # it stopped waiting: the task may run on
         return None
     error = UnknownEffectError(call.tool, task_id=call.task.id if call.task is not None else None)
-    final_error = poll.replay.final_error
+    final_error = poll.ledger.final_error
     error.__cause__ = final_error if final_error is not None else exc
     call.task_ended("failed", error)
     return error

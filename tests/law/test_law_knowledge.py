@@ -13,7 +13,7 @@ from otel_mcp_replay.attempt import Attempt, open_attempt
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.evidence import NO_RESPONSE, NOT_SENT, Outcome, classify
-from otel_mcp_replay.replay import RequestReplay, series_effect
+from otel_mcp_replay.ledger import RequestReplay, series_effect
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.telemetry import Effect
 
@@ -151,18 +151,18 @@ def came_to(call: ToolCall, outcome: Outcome, *, repeated: bool = False) -> Atte
 
 def test_facts_count_what_was_sent() -> None:
     call = a_call()
-    assert call.replay.sent == 0
+    assert call.ledger.sent == 0
     came_to(call, NOT_SENT, repeated=True)  # never reached the connection: not sent
-    assert call.replay.sent == 0
+    assert call.ledger.sent == 0
     came_to(call, NO_RESPONSE, repeated=True)
     came_to(call, classify(200, "result"))
-    assert call.replay.sent == 2 and call.replay.delivered == 200 and call.replay.answer_came
+    assert call.ledger.sent == 2 and call.ledger.delivered == 200 and call.ledger.answer_came
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
     call = a_call()
     came_to(call, NO_RESPONSE)
-    assert call.replay.unanswered and not call.replay.uncertain(call.app_authorized)
+    assert call.ledger.unanswered and not call.ledger.uncertain(call.app_authorized)
 
 
 def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() -> None:
@@ -170,16 +170,16 @@ def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() 
     came_to(call, NO_RESPONSE, repeated=True)
     # A later error answer does not undo the attempt that lacked one.
     came_to(call, classify(200, "error"))
-    assert call.replay.answer_came and call.replay.uncertain(call.app_authorized)
+    assert call.ledger.answer_came and call.ledger.uncertain(call.app_authorized)
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
     call = a_call(app_authorized=True)
     attempt = came_to(call, classify(200, "later"))  # its answer is still to come on the stream
-    assert call.replay.delivered == 200
-    assert call.replay.accepted_without_answer and call.replay.uncertain(call.app_authorized)
+    assert call.ledger.delivered == 200
+    assert call.ledger.accepted_without_answer and call.ledger.uncertain(call.app_authorized)
     attempt.heard("result")
-    assert not call.replay.accepted_without_answer and not call.replay.uncertain(call.app_authorized)
+    assert not call.ledger.accepted_without_answer and not call.ledger.uncertain(call.app_authorized)
 
 
 def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
@@ -187,13 +187,13 @@ def test_a_chain_of_received_refusals_is_an_answer_throughout() -> None:
     for _ in range(2):
         came_to(call, classify(429, None), repeated=True)
     came_to(call, classify(429, None))
-    assert call.replay.sent == 3 and call.replay.delivered == 429
-    assert not call.replay.uncertain(call.app_authorized)
+    assert call.ledger.sent == 3 and call.ledger.delivered == 429
+    assert not call.ledger.uncertain(call.app_authorized)
 
 
 def test_the_first_delivered_status_stands() -> None:
     call = a_call(app_authorized=True)
     came_to(call, classify(503, None))
     came_to(call, classify(200, "later"))
-    assert call.replay.delivered == 503
-    assert not call.replay.accepted_without_answer
+    assert call.ledger.delivered == 503
+    assert not call.ledger.accepted_without_answer

@@ -160,7 +160,7 @@ def _request(
     if (
         call is not None
         and target.tool == call.tool
-        and (call.declaration is None or call.replay.id == target.request_id)
+        and (call.declaration is None or call.ledger.id == target.request_id)
     ):
         return tool_series(seam, call, req)
     # A tools/call outside call_tool (send_request, or a call begun before instrument()): the law

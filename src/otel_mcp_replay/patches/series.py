@@ -150,7 +150,7 @@ async def poll_series(seam: HttpSeam, poll: TaskPoll, req: SeamRequest) -> Any:
     """A task's poll (`tasks/get`) of a task-backed call (tasks.py): its attempts under the call's
     span, repeated as the law says of a pure read (`req.target` is TASK_POLL); a poll that got no
     response at all is failed alone, never its session (the SDK would tear the transport down)."""
-    poll.replay.id = req.body["id"]
+    poll.ledger.id = req.body["id"]
     got = await _attempts(seam, poll, req, seam.runtime.origin(req.url), poll.wait_unless_abandoned)
     if got.outcome.status == 0 and got.error is not None and got.outcome.effect != "none":
         return synthetic_error(seam.http, req.request, req.body["id"], "no response")

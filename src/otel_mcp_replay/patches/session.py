@@ -158,7 +158,7 @@ def sdk_span(
     call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
     span's, and the server's span its child. Every other request keeps the SDK's own span."""
     call = CURRENT_CALL.get()
-    if call is not None and call.replay.id is None:
+    if call is not None and call.ledger.id is None:
         name = args[0] if args else kwargs.get("name")
         attributes = kwargs.get("attributes")
         if (

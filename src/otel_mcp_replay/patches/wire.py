@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 import anyio
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import EventWatch, Replay, Tee, message_of
+from otel_mcp_replay.answers import EventWatch, ReadAhead, Tee, message_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
 from otel_mcp_replay.law import Decision, Declined, Repeat
@@ -38,7 +38,7 @@ class HttpLibrary:
     """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
 
     module: ModuleType
-    replay: type[Replay]  # Replay as that library's own async byte stream
+    read_ahead: type[ReadAhead]  # ReadAhead as that library's own async byte stream
     tee: type[Tee]  # Tee, the same
     # Never sent: the connection was not made, so the server cannot have run anything.
     not_sent: tuple[type[BaseException], ...]
@@ -53,7 +53,7 @@ class HttpLibrary:
     def of(
         cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
     ) -> HttpLibrary:
-        replay = type("Replay", (Replay, module.AsyncByteStream), {})
+        read_ahead = type("ReadAhead", (ReadAhead, module.AsyncByteStream), {})
         tee = type("Tee", (Tee, module.AsyncByteStream), {})
         not_sent = (
             module.ConnectError,
@@ -61,7 +61,7 @@ class HttpLibrary:
             module.PoolTimeout,
             module.UnsupportedProtocol,
         )
-        return cls(module, replay, tee, not_sent, synthetic_status, resolves_lost_answers)
+        return cls(module, read_ahead, tee, not_sent, synthetic_status, resolves_lost_answers)
 
     def watch(self, response: Any, watch: EventWatch) -> None:
         """Read `response`'s events, as the SDK's reader yields them, into `watch`."""
@@ -345,7 +345,7 @@ async def until_answer(http: HttpLibrary, response: Any) -> None:
             await response.aclose()
         raise
     await events.aclose()  # the reader stopped here; the stand-in's stream closes nothing of the SDK's
-    response.stream = http.replay(read, rest, stream)
+    response.stream = http.read_ahead(read, rest, stream)
 
 
 async def _session_busy(adapter: str, response: Any) -> bool:
