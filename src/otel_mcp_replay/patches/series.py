@@ -2,9 +2,10 @@
 request's, each one loop.
 
 The rule: a request is sent again only as its policy's decision says, each attempt classified once
-(wire.py) and charged to its endpoint's bucket; a tool call's attempts are opened and ended by
-attempt.py (`next_attempt`, the attempt's transitions), and what the SDK is handed at the end is said by
-one function (`_handed`). The request and what the seam was bound with travel as one value each.
+(wire.py) and charged to its endpoint's bucket; the loop tells a tool call's attempt (or a poll's)
+its steps one at a time (attempt.py: `open_attempt`, `send`, `close` with the decision) and owns
+nothing of it; what the SDK is handed at the end is said by one function (`_handed`). The request
+and what the seam was bound with travel as one value each.
 """
 
 from __future__ import annotations
