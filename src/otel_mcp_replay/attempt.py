@@ -242,7 +242,7 @@ class Attempt:
         on what that response was)."""
         door = self.door
         assert door is not None
-        resends, door.resends = door.resends, []
+        resends, door.resends = door.resends, ()
         for status, at_ns in resends:
             outcome = classify(
                 status, "other"

@@ -182,11 +182,13 @@ class Door:
     redirect: an auth flow's re-send), with that response's status and when. Written here, read by
     the attempt: the wire tells no one."""
 
-    __slots__ = ("hops", "last_status", "request", "resends")
+    # What most doors never change starts as a class attribute (one store fewer per attempt each).
+    hops = 0
+    last_status = 0  # of the latest response to it here (0: none yet)
+    resends: tuple[tuple[int, int], ...] = ()  # (status, time_ns) of each re-send
 
     def __init__(self, request: Any) -> None:
-        self.request, self.hops, self.last_status = request, 0, 0
-        self.resends: list[tuple[int, int]] = []  # (status, time_ns) of each re-send
+        self.request = request
 
 
 async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener: Listener) -> Exchange:
@@ -250,7 +252,7 @@ async def _hop(
     no redirect, a re-send of the client's own; its status kept for the next."""
     previous = door.last_status
     if previous and not 300 <= previous < 400:  # not a redirect's next hop: a re-send
-        door.resends.append((previous, time.time_ns()))
+        door.resends += ((previous, time.time_ns()),)
     door.hops += 1
     response = await wrapped(*args, **kwargs)
     door.last_status = int(response.status_code)
