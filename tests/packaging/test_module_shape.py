@@ -158,3 +158,12 @@ def test_an_import_of_a_test_is_found() -> None:
     source = "import conftest\nfrom tests.transport.test_transport import x\nfrom tests import helpers\n"
     assert _test_imports_of_tests(source) == ["conftest", "tests.transport.test_transport", "tests"]
     assert _test_imports_of_tests("from tests.support.telemetry import records\nimport pytest\n") == []
+
+
+def test_the_wire_is_a_leaf() -> None:
+    # Issue 44: the wire tells only what it is handed; it knows no attempt, no call and no loop (an
+    # attempt owns its exchange and reads what the wire wrote).
+    knows = _graph()["otel_mcp_replay.patches.wire"]
+    path = {"attempt", "call", "call_span", "ledger", "rounds", "tasks", "patches.series", "patches.session"}
+    assert knows & {f"otel_mcp_replay.{name}" for name in path | {"patches.http_send"}} == set()
+    assert "otel_mcp_replay.evidence" in knows  # read whole: the classification it asks
