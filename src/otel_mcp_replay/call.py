@@ -2,7 +2,7 @@
 
 The rule: a call is given up (`abandon`) when the caller has its outcome or stopped waiting:
 nothing more is sent for it, and an attempt still open is settled as what is known of it. It ends
-in one place (`_ended`): its record filed once, from its request's ledger (ledger.RequestReplay,
+in one place (`ended`): its record filed once, from its request's ledger (ledger.RequestReplay,
 which its attempts write and it only reads), its request's point of the operation duration, and
 its span's outcome (call_span.CallSpan.end), or its app's call's, which it is a round of
 (rounds.py). Nothing here reads a value of the call: no arguments, no result, no key, no URL path.

@@ -53,9 +53,8 @@ class AppCall:
     when the app's call returns or raises, its verdict the final round's."""
 
     # Class attributes until a round changes them (one store fewer per call each).
-    call_span: CallSpan | None = (
-        None  # made by the first round, shared by all: a call that sent none has none
-    )
+    # Made by the first round and shared by all of them: a call that sent none has none.
+    call_span: CallSpan | None = None
     rounds = 0
     last: tuple[Round, CallVerdict] | None = None  # the latest round ended, as it ended
     effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
