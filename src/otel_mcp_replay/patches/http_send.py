@@ -263,8 +263,10 @@ def _read_as_json(message: dict[Any, Any]) -> bool:
     params = message.get("params")
     if type(params) is not dict:
         return True
-    arguments = params.get("arguments") if _str_keys(params) else None
-    return _str_keys(params) and (type(arguments) is not dict or _str_keys(arguments))
+    if not _str_keys(params):
+        return False
+    arguments = params.get("arguments")
+    return type(arguments) is not dict or _str_keys(arguments)
 
 
 def _str_keys(level: dict[Any, Any]) -> bool:
