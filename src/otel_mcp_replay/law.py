@@ -10,11 +10,11 @@ read from the other. Pure: no I/O, no mcp, no HTTP client.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from operator import is_
-from typing import Final
+from typing import Final, NamedTuple
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
@@ -26,10 +26,10 @@ from otel_mcp_replay.telemetry import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
     """One request as the law reads it: the protocol's own, or a `tools/call` of `tool`. A tools/call
-    body is read into one Target once (`target_of`), and every reader shares it."""
+    body is read into one Target once (`target_of`), and every reader shares it. (A NamedTuple: one
+    is made per request, and a tuple is made in C.)"""
 
     tool: str | None = None  # None: a protocol request; "": a tools/call that names no tool
     key_carried: bool = False  # its arguments carry a non-empty str under the declared key argument
@@ -37,11 +37,27 @@ class Target:
     # never repeated. (mcp >= 2.3 sends no batches; the protocol dropped them in 2025-06-18.)
     batch: bool = False
     request_id: object = None  # the tools/call's JSON-RPC id as sent (None: none, or a batch)
-    # Its params as sent, for the repeat guard's keyed fingerprint of its arguments alone
-    # (`arguments()`): never in a repr, never compared, never an attribute of anything exported.
-    _params: object = field(default=None, repr=False, compare=False)
     # A task's poll (`tasks/get`, SEP-2663): a pure, idempotent read of a task that durably exists.
     poll: bool = False
+    # Its params as sent, for the repeat guard's keyed fingerprint of its arguments alone
+    # (`arguments()`): no part of what it is (never compared, never in its repr), never an
+    # attribute of anything exported.
+    params: object = None
+
+    def __eq__(self, other: object) -> bool:
+        return self[:5] == other[:5] if type(other) is Target else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        return self[:5] != other[:5] if type(other) is Target else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self[:5])
+
+    def __repr__(self) -> str:
+        return (
+            f"Target(tool={self.tool!r}, key_carried={self.key_carried}, batch={self.batch}, "
+            f"request_id={self.request_id!r}, poll={self.poll})"
+        )
 
     @property
     def is_tool(self) -> bool:
@@ -50,7 +66,7 @@ class Target:
     def arguments(self) -> object:
         """The tools/call's arguments as sent (None: none), read as data when asked: for the repeat
         guard's fingerprint."""
-        params = self._params
+        params = self.params
         return _get(params, "arguments") if type(params) is dict else None
 
 
@@ -103,7 +119,7 @@ def _tool_target(request: object, declaration: Declaration, from_json: bool) -> 
                 else _get(arguments, declaration.key_argument)
             )
             key_carried = type(key) is str and key != ""
-    return Target(tool, key_carried, False, request_id, params)
+    return Target(tool, key_carried, False, request_id, False, params)
 
 
 def target_of(body: object, declaration: Declaration, *, from_json: bool = False) -> Target:

@@ -268,7 +268,16 @@ raw_declarations = st.fixed_dictionaries(
 )
 targets = st.one_of(
     st.just(PROTOCOL),
-    st.builds(Target, tool=st.sampled_from((*TOOL_POOL, "unlisted", "")), key_carried=st.booleans()),
+    # A tool call's target, as the contract table reads it (no batch, no task poll: their own tests).
+    st.builds(
+        Target,
+        tool=st.sampled_from((*TOOL_POOL, "unlisted", "")),
+        key_carried=st.booleans(),
+        batch=st.just(False),
+        request_id=st.none(),
+        params=st.none(),
+        poll=st.just(False),
+    ),
 )
 
 
