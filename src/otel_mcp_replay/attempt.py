@@ -117,7 +117,7 @@ class Attempt:
             raise
         finally:
             otel_context.detach(token)
-        if sending.on_connection_stream and got.outcome.status == 0 and got.outcome.effect == "unknown":
+        if sending.sse is not None and got.outcome.status == 0 and got.outcome.effect == "unknown":
             got = await self._answer_on_connection(http, got, request)
         if self.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
             self.state, self.outcome, self.ended_ns = "exchanged", got.outcome, time.time_ns()

@@ -152,7 +152,9 @@ def _request(
         call = carried_call(carriage, target)
         if call is None and sent_suppressed(carriage, body):
             return _suppressed(exchange_once)
-    req = SeamRequest(request, url, body, declaration, target, exchange_once, sse, streamable)
+    req = SeamRequest(
+        request, url, body, declaration, target, exchange_once, sse, streamable, runtime.fail_closed
+    )
     if body.get("method") == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None):
         poll = CURRENT_POLL.get()  # a poll of an open task-backed call's task (tasks.py)
         polled = req._replace(target=TASK_POLL)  # a pure read: repeated as the law says of one

@@ -25,17 +25,14 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
-    NOT_PERMITTED,
-    Decision,
     Declined,
     Permission,
     Target,
-    permit,
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
-from otel_mcp_replay.patches.wire import Exchange, Exchanging, HttpLibrary, outcome_of, synthetic_error
+from otel_mcp_replay.patches.wire import Exchange, HttpLibrary, outcome_of, synthetic_error
 from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.tasks import TaskPoll
@@ -62,6 +59,7 @@ class SeamRequest(NamedTuple):
     exchange_once: Callable[[], Awaitable[Any]]  # one exchange of it: the client's send as called
     sse: SseStream | None  # the legacy-SSE connection it is a message POST of
     streamable: bool  # the streamable-HTTP transport's
+    fail_closed: bool  # the runtime's: the law's word on a repeat after a cut is NOT_PERMITTED
 
 
 async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
@@ -173,18 +171,6 @@ async def _attempts(
     decision. The policy is made at the first failure: an answer decides nothing. Returns the final
     attempt's exchange: its response, else its transport error."""
     runtime = seam.runtime
-    # What every attempt is exchanged with, once. The law's word on a repeat after a cut of its event
-    # stream is asked only of a 2xx that is one (failing closed: NOT_PERMITTED).
-    after_a_cut: Callable[[], Decision] = (
-        _not_permitted
-        if runtime.fail_closed
-        else functools.partial(permit, req.declaration, req.target, "network")
-    )
-    sse, request_id = req.sse, req.body["id"]
-    watch_body = req.streamable and sse is None  # a 2xx's answer is watched for here, else on the SSE stream
-    sending = Exchanging(
-        req.request, req.exchange_once, req.declaration, request_id, watch_body, after_a_cut, sse is not None
-    )
     permission: Permission | None = None
     policy: ReplayPolicy | None = None
     response: Any = None  # the latest attempt's, closed when another is sent: it will not be delivered
@@ -192,7 +178,7 @@ async def _attempts(
         attempt = open_attempt(owner, permission)
         if response is not None:
             await response.aclose()
-        got = await attempt.send(seam.http, sending)
+        got = await attempt.send(seam.http, req)
         response = got.response
         runtime.budgets.charge(origin, got.outcome)
         decision: Wait | Declined | None = None  # an answer decides nothing
@@ -210,10 +196,6 @@ async def _attempts(
             return got
         attempt.close(decision.ms, None)
         permission = decision.permission
-
-
-def _not_permitted() -> Decision:
-    return NOT_PERMITTED
 
 
 async def _handed(

@@ -26,7 +26,7 @@ from otel_mcp_replay.adapters import recognises_session_busy
 from otel_mcp_replay.answers import EventWatch, ReadAhead, Tee, message_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
-from otel_mcp_replay.law import Decision, Declined, Repeat
+from otel_mcp_replay.law import NOT_PERMITTED, Decision, Declined, Repeat, Target, permit
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.telemetry import DeclinedReason
 
@@ -151,19 +151,42 @@ class Listener(Protocol):
     ) -> None: ...
 
 
-class Exchanging(NamedTuple):
-    """What every attempt of one request is exchanged with, made once per series."""
+class Exchanging(Protocol):
+    """What the wire reads of the request an attempt exchanges: the request as the seam read it
+    once (series.SeamRequest), read-only."""
 
-    request: Any  # the one the SDK handed the client
-    exchange_once: Callable[[], Awaitable[Any]]  # one exchange of it: the client's send as called
-    declaration: Declaration
-    request_id: object
-    watch_body: bool  # a 2xx's answer is watched for here (else on the legacy SSE stream)
-    # What the law says of a repeat after a cut of its event stream, asked of a 2xx that is one
-    # (failing closed: NOT_PERMITTED): where it permits one, the stream is read here until the answer
-    # (until_answer), so a cut can be repeated.
-    after_a_cut: Callable[[], Decision]
-    on_connection_stream: bool  # its answer may come on the connection's own stream (legacy SSE)
+    @property
+    def request(self) -> Any: ...  # the one the SDK handed the client
+
+    @property
+    def body(self) -> dict[str, Any]: ...  # its JSON-RPC message: its id is its answer's
+
+    @property
+    def declaration(self) -> Declaration: ...
+
+    @property
+    def target(self) -> Target: ...  # what the law reads of it
+
+    @property
+    def exchange_once(self) -> Callable[[], Awaitable[Any]]: ...  # the client's send as called
+
+    @property
+    def sse(self) -> object: ...  # the legacy-SSE connection it is a message POST of (None: none)
+
+    @property
+    def streamable(self) -> bool: ...  # the streamable-HTTP transport's
+
+    @property
+    def fail_closed(self) -> bool: ...  # the runtime fails closed: the law's word is NOT_PERMITTED
+
+
+def _after_a_cut(sending: Exchanging) -> Decision:
+    """What the law says of a repeat after a cut of its event stream, asked of a 2xx that is one
+    (failing closed: NOT_PERMITTED): where it permits one, the stream is read here until the answer
+    (until_answer), so a cut can be repeated."""
+    if sending.fail_closed:
+        return NOT_PERMITTED
+    return permit(sending.declaration, sending.target, "network")
 
 
 class Exchange(NamedTuple):
@@ -205,9 +228,11 @@ async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener:
         _EXCHANGING.reset(exchanging)
     version = http_version(response)
     declaration = sending.declaration
+    # A 2xx's answer is watched for here, else on the legacy SSE stream.
+    watch_body = sending.streamable and sending.sse is None
     try:
         outcome, reply, watch = await outcome_of(
-            http, declaration, response, sending if sending.watch_body else None, listener
+            http, declaration, response, sending if watch_body else None, listener
         )
     except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
@@ -218,7 +243,7 @@ async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener:
         # call lacked its answer, so it ends now, as on 1.x: the SDK resolves it with this error,
         # which the call seam turns into UnknownEffectError.
         await response.aclose()
-        response = synthetic_error(http, sending.request, sending.request_id, "no answer to the request")
+        response = synthetic_error(http, sending.request, sending.body["id"], "no answer to the request")
     return Exchange(outcome, response, None, version, watch)
 
 
@@ -280,15 +305,15 @@ async def _read_reply(
     if content_type.startswith("application/json"):
         content = await response.aread()  # as the client decoded it; a cut raises its TransportError
         found = message_of(content)  # (id, kind), else no answer
-        return (found[1] if type(found) is tuple and found[0] == sending.request_id else "other"), None
+        return (found[1] if type(found) is tuple and found[0] == sending.body["id"] else "other"), None
     if content_type.startswith("text/event-stream"):
-        request_id = sending.request_id
+        request_id = sending.body["id"]
 
         def on_answer(answer_id: object, kind: Answer) -> None:
             if answers_request(answer_id, request_id):
                 listener.heard(kind)
 
-        after_a_cut = sending.after_a_cut()
+        after_a_cut = _after_a_cut(sending)
         # Why a cut of this stream is not repeated, if it is not: the law's word.
         declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
 
