@@ -57,6 +57,7 @@ _ENV_SETTINGS: Final = {
     "repeat_guard_store": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
     "repeat_guard_secret": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET,
     "repeat_guard_store_timeout_ms": ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS,
+    "record": ev.OTEL_PYTHON_MCP_REPLAY_RECORD,
 }
 _CONFIG_FIELDS: Final = frozenset(("servers",))
 _BOM: Final = "\ufeff"

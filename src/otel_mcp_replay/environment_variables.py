@@ -36,5 +36,11 @@ OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS = "OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS"
 OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES = "OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES"
 """Comma list of RE2 patterns whose matching substrings are masked (`\\,`: a comma)."""
 
+OTEL_PYTHON_MCP_REPLAY_REDACT_CONTENT = "OTEL_PYTHON_MCP_REPLAY_REDACT_CONTENT"
+"""`false` keeps other instrumentations' GenAI content attributes (tool arguments, results, messages)."""
+
+OTEL_PYTHON_MCP_REPLAY_RECORD = "OTEL_PYTHON_MCP_REPLAY_RECORD"
+"""Where a call's record goes: `span_event` (default), `log` (a log-based event) or `both`."""
+
 OTEL_PYTHON_MCP_REPLAY_SESSION_KEY = "OTEL_PYTHON_MCP_REPLAY_SESSION_KEY"
 """Key (>= 16 bytes) of the hash that replaces `mcp.session.id`; random per process when unset."""

@@ -112,6 +112,18 @@ def _check_store_timeout_ms(value: object, path: str) -> int:
     return _check_int(value, path, 1)
 
 
+# Where a call's record goes: the span event (what Jaeger and Tempo show), a log-based event, or both.
+RECORD_PLACES: Final = ("span_event", "log", "both")
+
+
+def _check_record(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        type_error(path, "must be a string: span_event, log or both")
+    if value not in RECORD_PLACES:
+        value_error(path, "must be span_event, log or both")
+    return value
+
+
 # The one check of each setting, by field name.
 _CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
     "max_attempts": _check_max_attempts,
@@ -122,6 +134,7 @@ _CHECKS: Final[Mapping[str, Callable[[object, str], object]]] = {
     "repeat_guard_store": check_store_url,
     "repeat_guard_secret": _check_repeat_guard_secret,
     "repeat_guard_store_timeout_ms": _check_store_timeout_ms,
+    "record": _check_record,
 }
 
 
@@ -139,6 +152,7 @@ class Settings:
     repeat_guard_store: str | None = field(default=None, repr=False)
     repeat_guard_secret: str | None = field(default=None, repr=False)
     repeat_guard_store_timeout_ms: int = 50  # the bound on each store operation
+    record: str = "span_event"  # where a call's record goes: span_event, log or both
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
@@ -217,6 +231,7 @@ _TEXT_FORMS: Final[Mapping[str, Callable[[str, str], object]]] = {
     "repeat_guard_store": lambda text, where: text,
     "repeat_guard_secret": lambda text, where: text,
     "repeat_guard_store_timeout_ms": _whole_number,
+    "record": lambda text, where: text.lower() if text.isascii() else text,
 }
 
 

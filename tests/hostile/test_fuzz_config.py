@@ -462,6 +462,7 @@ ENV_VARIABLES = (
     ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE,
     ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET,
     ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS,
+    ev.OTEL_PYTHON_MCP_REPLAY_RECORD,
     ev.OTEL_PYTHON_MCP_REPLAY_SERVERS,
     ev.OTEL_PYTHON_MCP_REPLAY_CONFIG,
 )
@@ -485,6 +486,13 @@ store_var = st.one_of(
         ]
     ).map(lambda s: Drawn(s, False)),
 )
+record_var = st.one_of(
+    st.sampled_from(["span_event", "log", "both"])
+    .flatmap(lambda s: st.sampled_from([s, s.upper(), f" {s} "]))
+    .map(lambda s: Drawn(s, True)),
+    planted_text.map(lambda s: Drawn(s, False)),
+    st.sampled_from(["span", "logs", "event", "span-event"]).map(lambda s: Drawn(s, False)),
+)
 secret_var = st.one_of(
     st.just(Drawn(f"shared-secret-{CANARY_INT}", True)),
     st.just(Drawn(f"s{CANARY_INT}", False)),  # shorter than 16 bytes
@@ -507,6 +515,7 @@ def environment(draw: st.DrawFn) -> tuple[dict[str, str], bool, ConfigFile | Non
         (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE, store_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_SECRET, secret_var),
         (ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_STORE_TIMEOUT_MS, _int_var(1)),
+        (ev.OTEL_PYTHON_MCP_REPLAY_RECORD, record_var),
     ):
         if draw(st.integers(0, 2)) == 0:
             d = draw(strategy)
@@ -583,5 +592,6 @@ def test_the_environment_variables_fuzzed_are_all_the_plugin_reads() -> None:
         ev.OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS,
         ev.OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES,
         ev.OTEL_PYTHON_MCP_REPLAY_SESSION_KEY,
+        ev.OTEL_PYTHON_MCP_REPLAY_REDACT_CONTENT,
     }
     assert names - redaction == set(ENV_VARIABLES)

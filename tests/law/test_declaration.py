@@ -361,6 +361,9 @@ REFUSALS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("env int digits", lambda: setting_from_text("max_attempts", "9" * 5000, "ENV_I"), ValueError, "ENV_I"),
     ("env int minimum", lambda: setting_from_text("max_attempts", "0", "ENV_I"), ValueError, "ENV_I"),
     ("env bool", lambda: setting_from_text("retry_on_throttle", CANARY, "ENV_T"), ValueError, "ENV_T"),
+    ("record text", lambda: settings_of(record=CANARY), ValueError, "record"),
+    ("record type", lambda: settings_of(record=1), TypeError, "record"),
+    ("env record", lambda: setting_from_text("record", CANARY, "ENV_R"), ValueError, "ENV_R"),
 ]
 
 
@@ -605,6 +608,17 @@ def test_settings_are_read_and_normalised() -> None:
 )
 def test_the_environment_s_retry_budget(text: str, budget: tuple[int, float] | None) -> None:
     assert retry_budget_of(text, "ENV") == budget
+
+
+def test_where_the_record_goes() -> None:
+    assert Settings().record == "span_event"
+    assert [settings_of(record=place).record for place in ("span_event", "log", "both")] == [
+        "span_event",
+        "log",
+        "both",
+    ]
+    assert setting_from_text("record", " LOG ", "E") == "log"
+    assert setting_from_text("record", "Both", "E") == "both"
 
 
 def test_the_environment_s_ints_and_bools() -> None:

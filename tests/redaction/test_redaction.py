@@ -29,6 +29,7 @@ from tests.support.redaction import Capture, Pipeline, every_string, span_with
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import validate_record
 from otel_mcp_replay.redaction import (
+    ENV_REDACT_CONTENT,
     ENV_REDACT_KEYS,
     ENV_REDACT_VALUES,
     ENV_SESSION_KEY,
@@ -542,6 +543,46 @@ def test_user_key_and_value_rules_from_env() -> None:
         "notes": (MASK, "clean"),
         "mcp.replay.endpoint.label": MASK,
     }
+
+
+CONTENT = {
+    "gen_ai.tool.call.arguments": '{"card": "4111"}',
+    "gen_ai.tool.call.result": "charged",
+    "gen_ai.input.messages": ("hello",),
+    "gen_ai.output.messages": '[{"role": "assistant"}]',
+}
+
+
+def test_other_instrumentations_genai_content_is_masked_by_default() -> None:
+    got = span_with({**CONTENT, "gen_ai.tool.name": "charge"}, RedactionRules())
+    assert got == {
+        "gen_ai.tool.call.arguments": MASK,
+        "gen_ai.tool.call.result": MASK,
+        "gen_ai.input.messages": (MASK,),
+        "gen_ai.output.messages": MASK,
+        "gen_ai.tool.name": "charge",
+    }
+    masked = {key: value for key, value in got.items() if key in CONTENT}
+    assert span_with(CONTENT, RedactionRules.from_env({ENV_REDACT_CONTENT: " TRUE "})) == masked
+
+
+@pytest.mark.parametrize("kept", ["false", "False", " 0 ", "no", "off"])
+def test_redact_content_false_keeps_the_content_the_user_asked_for(kept: str) -> None:
+    assert span_with(CONTENT, RedactionRules.from_env({ENV_REDACT_CONTENT: kept})) == CONTENT
+    assert span_with(CONTENT, RedactionRules(redact_content=False)) == CONTENT
+    # The other rules still hold on the content's neighbours.
+    assert span_with({"api_key": "k"}, RedactionRules(redact_content=False)) == {"api_key": MASK}
+
+
+def test_a_bad_redact_content_keeps_the_content_masked(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ValueError, match=f"^{ENV_REDACT_CONTENT}: must be true or false"):
+        RedactionRules.from_env({ENV_REDACT_CONTENT: CANARY})
+    with caplog.at_level(logging.ERROR, logger="otel_mcp_replay.redaction"):
+        rules = RedactionRules.from_env_or_builtin({ENV_REDACT_CONTENT: CANARY})
+    assert ENV_REDACT_CONTENT in caplog.text and CANARY not in caplog.text
+    assert span_with(CONTENT, rules)["gen_ai.tool.call.result"] == MASK
+    with pytest.raises(ValueError, match=r"^redact_content: must be True or False"):
+        RedactionRules(redact_content="no")  # type: ignore[arg-type]
 
 
 def test_split_patterns_keeps_commas_that_belong_to_a_pattern() -> None:

@@ -6,7 +6,7 @@ fails is dropped, never passed on raw. Every rule runs in time linear in the tex
 
 The layout follows the Collector's redaction processor:
 - user_rules.py: the user's rules (OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS / _REDACT_VALUES, RE2 syntax,
-  comma lists where `\\,` is a literal comma; _SESSION_KEY), read and compiled once.
+  comma lists where `\\,` is a literal comma; _SESSION_KEY; _REDACT_CONTENT), read and compiled once.
 - keys.py: the built-in sensitive, session-id and URL keys, by their words.
 - urls.py: URL masking.   text.py: the rules on free text, with their triggers.
 - rules.py: RedactionRules, the engine, every rule in one order.
@@ -20,6 +20,7 @@ from otel_mcp_replay.redaction.rules import RedactionRules
 from otel_mcp_replay.redaction.text import MASK
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_url
 from otel_mcp_replay.redaction.user_rules import (
+    ENV_REDACT_CONTENT,
     ENV_REDACT_KEYS,
     ENV_REDACT_VALUES,
     ENV_SESSION_KEY,
@@ -28,6 +29,7 @@ from otel_mcp_replay.redaction.user_rules import (
 from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingSpanProcessor
 
 __all__ = [
+    "ENV_REDACT_CONTENT",
     "ENV_REDACT_KEYS",
     "ENV_REDACT_VALUES",
     "ENV_SESSION_KEY",

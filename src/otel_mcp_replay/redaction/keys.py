@@ -60,6 +60,16 @@ MIRRORED_ARGUMENT_WORD_START: Final = "mcpparam"
 URL_KEYS: Final = frozenset({"url.full", "http.url", "url.original", "http.target"})
 URL_LAST_WORDS: Final = frozenset({"url", "uri", "referer", "referrer", "location"})
 PARAM_KEYS: Final = frozenset({"url.query", "url.fragment"})
+# The content other instrumentations record by default (the GenAI conventions' opt-in content, as
+# aws-opentelemetry-distro's MCP instrumentation writes it): tool arguments, results, messages.
+CONTENT_KEYS: Final = frozenset(
+    {
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+    }
+)
 
 
 def key_words(key: str) -> list[str]:

@@ -2,7 +2,9 @@
 
 The rule: each attribute value (span, event and link attributes) gets its key's action, decided
 once per key by the first of these that applies:
-  1. the user's OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS pattern matches the key      -> masked
+  1. the user's OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS pattern matches the key, or the
+     key is another instrumentation's GenAI content (keys.CONTENT_KEYS: tool
+     arguments, results, messages) and redact_content is on (the default)       -> masked
   2. the key is ours (`mcp.replay.*`) or a known safe semantic-convention key   -> text rules only
   3. a built-in sensitive key (keys.py: authorization, token, api key, x-auth, a
      captured Mcp-Param-* header: a tool argument the SDK mirrors)               -> masked
@@ -66,7 +68,8 @@ _record_texts: Final = itemgetter(*_RECORD_TEXT_KEYS)  # a record's free-text va
 class RedactionRules:
     """Built-in rules plus the user's key and value patterns and the session-hash key.
 
-    `redact_keys` and `redact_values` are RE2 patterns (user_rules.py); `session_key` is the HMAC key
+    `redact_keys` and `redact_values` are RE2 patterns (user_rules.py); `redact_content=False` keeps
+    other instrumentations' GenAI content attributes (keys.CONTENT_KEYS); `session_key` is the HMAC key
     for session ids (None: this process's random key). A bad rule raises ValueError naming the
     argument and the entry's position, never its text.
     """
@@ -77,8 +80,9 @@ class RedactionRules:
         redact_keys: Iterable[str] = (),
         redact_values: Iterable[str] = (),
         session_key: bytes | str | None = None,
+        redact_content: bool = True,
     ) -> None:
-        self._use(UserRules.given(redact_keys, redact_values, session_key))
+        self._use(UserRules.given(redact_keys, redact_values, session_key, redact_content))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RedactionRules:
@@ -110,6 +114,7 @@ class RedactionRules:
         self._key_patterns = user_rules.key_patterns
         self._texts = TextRules(user_rules.value_patterns)
         self._session_key = user_rules.session_key
+        self._mask_content = user_rules.mask_content
         self._actions: dict[str, int] = {}
         self._plain_keys: set[str] = set()  # the keys in _actions whose action is PLAIN
         self._hashes: dict[str, str] = {}
@@ -136,6 +141,8 @@ class RedactionRules:
         if _header_of(key, "method") and len(self._method_headers) < CACHE_MAX:
             self._method_headers.add(key)  # a captured Mcp-Method header: says a task's request
         if any(pattern.search(key) for pattern in self._key_patterns):
+            return MASKED
+        if self._mask_content and key in keys.CONTENT_KEYS:
             return MASKED
         if key.startswith(_OWN_PREFIX) or key in _NOT_SENSITIVE:
             return PLAIN

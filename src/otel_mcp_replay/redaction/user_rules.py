@@ -24,6 +24,7 @@ from otel_mcp_replay import environment_variables as ev
 ENV_REDACT_KEYS: Final = ev.OTEL_PYTHON_MCP_REPLAY_REDACT_KEYS
 ENV_REDACT_VALUES: Final = ev.OTEL_PYTHON_MCP_REPLAY_REDACT_VALUES
 ENV_SESSION_KEY: Final = ev.OTEL_PYTHON_MCP_REPLAY_SESSION_KEY
+ENV_REDACT_CONTENT: Final = ev.OTEL_PYTHON_MCP_REPLAY_REDACT_CONTENT
 
 MIN_SESSION_KEY_BYTES: Final = 16
 # Generous: thousands of patterns. Past it the rest of the variable is ignored, said once at ERROR.
@@ -137,23 +138,30 @@ def session_key_bytes(field: str, key: bytes | str | None) -> bytes:
 
 @dataclass(frozen=True)
 class UserRules:
-    """The user's part of the rules, compiled: key patterns (case-insensitive), value patterns, and
-    the HMAC key of session hashes."""
+    """The user's part of the rules, compiled: key patterns (case-insensitive), value patterns, the
+    HMAC key of session hashes, and whether other instrumentations' GenAI content is masked."""
 
     key_patterns: tuple[Pattern, ...] = ()
     value_patterns: tuple[Pattern, ...] = ()
     session_key: bytes = PROCESS_SESSION_KEY
+    mask_content: bool = True
 
     @classmethod
     def given(
-        cls, redact_keys: Iterable[str], redact_values: Iterable[str], session_key: bytes | str | None
+        cls,
+        redact_keys: Iterable[str],
+        redact_values: Iterable[str],
+        session_key: bytes | str | None,
+        redact_content: bool = True,
     ) -> UserRules:
         """From code: the first bad entry raises RuleError (a ValueError), `from None`."""
         keys, key_errors = compile_entries("redact_keys", redact_keys, ignore_case=True)
         values, value_errors = compile_entries("redact_values", redact_values, ignore_case=False)
         for error in (*key_errors, *value_errors):
             raise error from None
-        return cls(keys, values, session_key_bytes("session_key", session_key))
+        if not isinstance(redact_content, bool):
+            raise RuleError("redact_content", "must be True or False")
+        return cls(keys, values, session_key_bytes("session_key", session_key), redact_content)
 
     @classmethod
     def read(cls, environ: Mapping[str, str]) -> tuple[UserRules, list[RuleError]]:
@@ -181,4 +189,10 @@ class UserRules:
                 session_key = session_key_bytes(ENV_SESSION_KEY, raw_key)
             except RuleError as error:
                 errors.append(error)
-        return cls(lists[ENV_REDACT_KEYS], lists[ENV_REDACT_VALUES], session_key), errors
+        mask_content = True  # anything but a clear `false` keeps the content masked (fail closed)
+        spoken = environ.get(ENV_REDACT_CONTENT, "").strip()
+        if spoken.isascii() and spoken.lower() in ("false", "0", "no", "off"):
+            mask_content = False
+        elif spoken and not (spoken.isascii() and spoken.lower() in ("true", "1", "yes", "on")):
+            errors.append(RuleError(ENV_REDACT_CONTENT, "must be true or false; the content stays masked"))
+        return cls(lists[ENV_REDACT_KEYS], lists[ENV_REDACT_VALUES], session_key, mask_content), errors
