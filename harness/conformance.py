@@ -122,15 +122,19 @@ def _modes() -> tuple[ServerMode, ...]:
         m(FASTMCP, "sse", BOTH),
         m(FASTMCP, "stateless", BOTH),
         m(FASTMCP, "json", BOTH),
-        # The Java SDK's servlet transports in Tomcat: legacy only (on 2026-07-28 a tool runs and the
-        # client refuses the answer, measured).
+        # The Java SDK's servlet transports in Tomcat. Its legacy ones speak the legacy era only (on
+        # 2026-07-28 the tool runs and the client refuses the answer); its 2026-07-28 server
+        # (io.modelcontextprotocol.modern) refuses initialize (-32022): 2026-07-28 only.
         m(JAVA, "stateful"),  # HttpServletStreamableServerTransportProvider: session ids, SSE answers
         m(JAVA, "stateless"),  # HttpServletStatelessServerTransport: JSON answers
+        m(JAVA, "modern", (MODERN,)),  # HttpServletMcpTransport: JSON answers
+        m(JAVA, "modern-streaming", (MODERN,)),  # each tool answers with McpSyncResponse.streaming: SSE
         m(TYPESCRIPT, "stateful", gzip=True),
         m(GO, "json", gzip=True),
         m(RUST, "session", BOTH, gzip=True),
         m(FASTMCP, "sse", BOTH, gzip=True),
         m(JAVA, "stateful", gzip=True),
+        m(JAVA, "modern-streaming", (MODERN,), gzip=True),
     )
 
 

@@ -4,18 +4,26 @@
 //
 //   java -jar conformance-java.jar MODE    MODE: stateful (HttpServletStreamableServerTransportProvider:
 //                                          session ids, SSE answers) | stateless
-//                                          (HttpServletStatelessServerTransport: JSON answers)
+//                                          (HttpServletStatelessServerTransport: JSON answers) | modern
+//                                          (the 2026-07-28 era's McpServer and HttpServletMcpTransport:
+//                                          JSON answers) | modern-streaming (the same, each tool
+//                                          answering with McpSyncResponse.streaming: SSE answers)
 //
 // It listens on 127.0.0.1 (a free port) and prints "READY <port>" once it accepts connections.
 package conformance;
 
+import io.modelcontextprotocol.modern.McpException;
+import io.modelcontextprotocol.modern.server.McpSyncResponse;
+import io.modelcontextprotocol.modern.server.feature.McpSyncTool;
+import io.modelcontextprotocol.modern.server.feature.McpSyncToolRepository;
+import io.modelcontextprotocol.modern.server.feature.ToolsFeature;
+import io.modelcontextprotocol.modern.server.feature.ToolsPage;
+import io.modelcontextprotocol.modern.server.transport.HttpServletMcpTransport;
 import io.modelcontextprotocol.server.McpServer;
 import io.modelcontextprotocol.server.transport.HttpServletStatelessServerTransport;
 import io.modelcontextprotocol.server.transport.HttpServletStreamableServerTransportProvider;
 import io.modelcontextprotocol.spec.McpError;
 import io.modelcontextprotocol.spec.McpSchema;
-import io.modelcontextprotocol.spec.McpSchema.CallToolRequest;
-import io.modelcontextprotocol.spec.McpSchema.CallToolResult;
 import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;
@@ -39,64 +47,123 @@ import org.apache.catalina.startup.Tomcat;
 public final class Server {
 
   private static final Map<String, Integer> COUNTS = new ConcurrentHashMap<>();
+  private static final String NAME = "conformance-java";
+  private static final int REJECTED = -32602;
 
   private Server() {}
 
-  private static void ran(String tool) {
-    COUNTS.merge(tool, 1, Integer::sum);
+  /** What a tool answers: its text as a result, as a tool error (isError), or a JSON-RPC error. */
+  private enum Kind { RESULT, TOOL_ERROR, JSONRPC_ERROR }
+
+  private record Answer(Kind kind, String text) {}
+
+  /** A tool of the matrix, apart from either API: its one argument (or none) and what it does. */
+  private record Tool(String name, String description, String argument, String type,
+      Function<Map<String, Object>, Answer> run) {
+
+    Map<String, Object> inputSchema() {
+      return argument == null
+          ? Map.of("type", "object")
+          : Map.of("type", "object", "properties", Map.of(argument, Map.of("type", type)),
+              "required", List.of(argument));
+    }
+
+    Answer call(Map<String, Object> arguments) {
+      COUNTS.merge(name, 1, Integer::sum);
+      return run.apply(arguments);
+    }
   }
 
-  private static McpSchema.Tool tool(String name, String description, String property, String type) {
-    Map<String, Object> schema = property == null
-        ? Map.of("type", "object")
-        : Map.of("type", "object", "properties", Map.of(property, Map.of("type", type)), "required",
-            List.of(property));
-    return McpSchema.Tool.builder().name(name).description(description).inputSchema(schema).build();
+  private static int number(Map<String, Object> arguments, String name) {
+    return ((Number) arguments.get(name)).intValue();
   }
 
-  private static CallToolResult text(String s, boolean isError) {
-    return CallToolResult.builder().addTextContent(s).isError(isError).build();
+  private static final List<Tool> TOOLS = List.of(
+      new Tool("search", "read-only search", "query", "string",
+          a -> new Answer(Kind.RESULT, "found " + a.get("query"))),
+      new Tool("charge", "charges once per call", "amount", "number",
+          a -> new Answer(Kind.RESULT, "charged " + number(a, "amount"))),
+      new Tool("fail", "a tool error (isError)", null, null,
+          a -> new Answer(Kind.TOOL_ERROR, "the tool failed")),
+      new Tool("reject", "a JSON-RPC error", null, null,
+          a -> new Answer(Kind.JSONRPC_ERROR, "rejected by the server")),
+      new Tool("bulk", "an answer of the given size", "size", "number",
+          a -> new Answer(Kind.RESULT, "x".repeat(number(a, "size")))));
+
+  /** The legacy API's answer: a tool's McpError is answered with that JSON-RPC error. */
+  private static McpSchema.CallToolResult legacy(Tool tool, McpSchema.CallToolRequest request) {
+    Answer answer = tool.call(request.arguments());
+    if (answer.kind() == Kind.JSONRPC_ERROR) {
+      throw McpError.builder(REJECTED).message(answer.text()).build();
+    }
+    return McpSchema.CallToolResult.builder().addTextContent(answer.text())
+        .isError(answer.kind() == Kind.TOOL_ERROR).build();
   }
 
-  private static int number(CallToolRequest request, String name) {
-    return ((Number) request.arguments().get(name)).intValue();
+  private static McpSchema.Tool legacyTool(Tool tool) {
+    return McpSchema.Tool.builder().name(tool.name()).description(tool.description())
+        .inputSchema(tool.inputSchema()).build();
   }
 
-  /** The five tools, each a handler of the request alone (both server kinds take one). */
-  private static Map<McpSchema.Tool, Function<CallToolRequest, CallToolResult>> tools() {
-    return Map.of(
-        tool("search", "read-only search", "query", "string"),
-        r -> { ran("search"); return text("found " + r.arguments().get("query"), false); },
-        tool("charge", "charges once per call", "amount", "number"),
-        r -> { ran("charge"); return text("charged " + number(r, "amount"), false); },
-        tool("fail", "a tool error (isError)", null, null),
-        r -> { ran("fail"); return text("the tool failed", true); },
-        // The SDK answers a tool's McpError with that JSON-RPC error (any other throw: -32603).
-        tool("reject", "a JSON-RPC error", null, null),
-        r -> {
-          ran("reject");
-          throw McpError.builder(McpSchema.ErrorCodes.INVALID_PARAMS).message("rejected by the server").build();
-        },
-        tool("bulk", "an answer of the given size", "size", "number"),
-        r -> { ran("bulk"); return text("x".repeat(number(r, "size")), false); });
+  private static McpSchema.ServerCapabilities legacyCapabilities() {
+    return McpSchema.ServerCapabilities.builder().tools(false).build();
   }
 
   private static HttpServlet stateful() {
     var transport = HttpServletStreamableServerTransportProvider.builder().mcpEndpoint("/mcp").build();
-    var spec = McpServer.sync(transport).serverInfo("conformance-java", "1")
-        .capabilities(McpSchema.ServerCapabilities.builder().tools(false).build());
-    tools().forEach((tool, handler) -> spec.toolCall(tool, (exchange, request) -> handler.apply(request)));
-    spec.build();
+    var server = McpServer.sync(transport).serverInfo(NAME, "1").capabilities(legacyCapabilities());
+    TOOLS.forEach(tool -> server.toolCall(legacyTool(tool), (exchange, request) -> legacy(tool, request)));
+    server.build();
     return transport;
   }
 
   private static HttpServlet stateless() {
     var transport = HttpServletStatelessServerTransport.builder().messageEndpoint("/mcp").build();
-    var spec = McpServer.sync(transport).serverInfo("conformance-java", "1")
-        .capabilities(McpSchema.ServerCapabilities.builder().tools(false).build());
-    tools().forEach((tool, handler) -> spec.toolCall(tool, (context, request) -> handler.apply(request)));
-    spec.build();
+    var server = McpServer.sync(transport).serverInfo(NAME, "1").capabilities(legacyCapabilities());
+    TOOLS.forEach(tool -> server.toolCall(legacyTool(tool), (context, request) -> legacy(tool, request)));
+    server.build();
     return transport;
+  }
+
+  /** The 2026-07-28 API's answer: a tool's McpException is answered with that JSON-RPC error. */
+  private static io.modelcontextprotocol.modern.McpSchema.CallToolResult modern(Tool tool,
+      io.modelcontextprotocol.modern.McpSchema.CallToolRequest request) {
+    Answer answer = tool.call(request.arguments() == null ? Map.of() : request.arguments());
+    if (answer.kind() == Kind.JSONRPC_ERROR) {
+      throw new McpException(REJECTED, answer.text());
+    }
+    var text = io.modelcontextprotocol.modern.McpSchema.TextContent.builder(answer.text()).build();
+    return io.modelcontextprotocol.modern.McpSchema.CallToolResult.builder().addContent(text)
+        .isError(answer.kind() == Kind.TOOL_ERROR).build();
+  }
+
+  /** A tool of the 2026-07-28 API, its result answered as is (JSON) or as a stream (SSE). */
+  private static McpSyncTool modernTool(Tool tool, boolean streaming) {
+    var definition = io.modelcontextprotocol.modern.McpSchema.Tool.builder(tool.name(), tool.inputSchema())
+        .description(tool.description()).build();
+    return McpSyncTool.of(definition, (context, request) -> streaming
+        ? McpSyncResponse.streaming(notifier -> modern(tool, request))
+        : McpSyncResponse.result(modern(tool, request)));
+  }
+
+  private static HttpServlet modern(boolean streaming) {
+    Map<String, McpSyncTool> tools = TOOLS.stream()
+        .collect(Collectors.toMap(Tool::name, tool -> modernTool(tool, streaming)));
+    var repository = new McpSyncToolRepository() {
+      @Override
+      public ToolsPage list(io.modelcontextprotocol.modern.server.McpRequestContext context, String cursor) {
+        return ToolsPage.of(tools.values().stream().map(McpSyncTool::definition).toList());
+      }
+
+      @Override
+      public McpSyncTool find(io.modelcontextprotocol.modern.server.McpRequestContext context, String name) {
+        return tools.get(name);
+      }
+    };
+    var server = io.modelcontextprotocol.modern.server.McpServer.builder()
+        .serverInfo(io.modelcontextprotocol.modern.McpSchema.Implementation.builder(NAME, "1").build())
+        .feature(ToolsFeature.ofSync(repository)).build();
+    return HttpServletMcpTransport.builder(server).endpoint("/mcp").build();
   }
 
   /** GET /count: the executions so far, without a tool call. */
@@ -117,20 +184,7 @@ public final class Server {
     context.addServletMappingDecoded(path, name);
   }
 
-  public static void main(String[] args) throws Exception {
-    String mode = args.length > 0 ? args[0] : "stateful";
-    HttpServlet mcp = switch (mode) {
-      case "stateful" -> stateful();
-      case "stateless" -> stateless();
-      default -> {
-        System.err.println("unknown mode " + mode);
-        System.exit(2);
-        yield null;
-      }
-    };
-    Tomcat tomcat = new Tomcat();
-    Path base = Files.createTempDirectory("conformance-java");
-    tomcat.setBaseDir(base.toString());
+  private static void removeOnExit(Path base) {
     // Tomcat's work directory goes when the harness stops the server (SIGTERM runs this hook).
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
       try (Stream<Path> paths = Files.walk(base)) {
@@ -139,6 +193,25 @@ public final class Server {
         System.err.println("could not remove " + base + ": " + e);
       }
     }));
+  }
+
+  public static void main(String[] args) throws Exception {
+    String mode = args.length > 0 ? args[0] : "stateful";
+    HttpServlet mcp = switch (mode) {
+      case "stateful" -> stateful();
+      case "stateless" -> stateless();
+      case "modern" -> modern(false);
+      case "modern-streaming" -> modern(true);
+      default -> {
+        System.err.println("unknown mode " + mode);
+        System.exit(2);
+        yield null;
+      }
+    };
+    Tomcat tomcat = new Tomcat();
+    Path base = Files.createTempDirectory(NAME);
+    removeOnExit(base);
+    tomcat.setBaseDir(base.toString());
     Connector connector = new Connector();
     connector.setPort(0);
     connector.setProperty("address", "127.0.0.1");
