@@ -2,11 +2,11 @@
 
 The rule kept here: every process started is stopped on exit (terminated, then killed), each listens
 only on 127.0.0.1, and every wait is a bounded poll that guards a hang and decides nothing. The
-server programs are ours (conformance/servers/), built on the TypeScript SDK, the Go SDK, rmcp and
-fastmcp by scripts/conformance-servers into the user's cache; each serves the same five tools at
-`/mcp` and counts their executions, read at `/count` without a tool call: the ground truth. A mode
-may put nginx in front, gzipping event streams and JSON as a deployment does; the faults are
-injected in front of all of it, on the TCP connection (harness/proxy.py's `TcpProxy`).
+server programs are ours (conformance/servers/), built on the TypeScript SDK, the Go SDK, rmcp,
+fastmcp and the Java SDK by scripts/conformance-servers into the user's cache; each serves the same
+five tools at `/mcp` and counts their executions, read at `/count` without a tool call: the ground
+truth. A mode may put nginx in front, gzipping event streams and JSON as a deployment does; the
+faults are injected in front of all of it, on the TCP connection (harness/proxy.py's `TcpProxy`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ TYPESCRIPT: Final = "typescript"
 GO: Final = "go"
 RUST: Final = "rust"
 FASTMCP: Final = "fastmcp"
-VERSIONS: Final = {TYPESCRIPT: "1.32.2", GO: "v1.8.0", RUST: "3.11.0", FASTMCP: "4.2.3"}
+JAVA: Final = "java"
+VERSIONS: Final = {TYPESCRIPT: "1.32.2", GO: "v1.8.0", RUST: "3.11.0", FASTMCP: "4.2.3", JAVA: "2.2.0"}
 BOTH: Final = (LEGACY, MODERN)
 
 
@@ -121,10 +122,19 @@ def _modes() -> tuple[ServerMode, ...]:
         m(FASTMCP, "sse", BOTH),
         m(FASTMCP, "stateless", BOTH),
         m(FASTMCP, "json", BOTH),
+        # The Java SDK's servlet transports in Tomcat. Its legacy ones speak the legacy era only (on
+        # 2026-07-28 the tool runs and the client refuses the answer); its 2026-07-28 server
+        # (io.modelcontextprotocol.modern) refuses initialize (-32022): 2026-07-28 only.
+        m(JAVA, "stateful"),  # HttpServletStreamableServerTransportProvider: session ids, SSE answers
+        m(JAVA, "stateless"),  # HttpServletStatelessServerTransport: JSON answers
+        m(JAVA, "modern", (MODERN,)),  # HttpServletMcpTransport: JSON answers
+        m(JAVA, "modern-streaming", (MODERN,)),  # each tool answers with McpSyncResponse.streaming: SSE
         m(TYPESCRIPT, "stateful", gzip=True),
         m(GO, "json", gzip=True),
         m(RUST, "session", BOTH, gzip=True),
         m(FASTMCP, "sse", BOTH, gzip=True),
+        m(JAVA, "stateful", gzip=True),
+        m(JAVA, "modern-streaming", (MODERN,), gzip=True),
     )
 
 
@@ -152,6 +162,18 @@ def command(mode: ServerMode, built: dict[str, str]) -> list[str]:
         return [built["GO_SERVER"], "-mode", mode.mode]
     if mode.server == RUST:
         return [built["RUST_SERVER"], mode.mode]
+    if mode.server == JAVA:
+        # A small heap and the quick compiler: a server of a few calls, on a shared 2-core machine.
+        java = shutil.which("java") or "java"
+        return [
+            java,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-jar",
+            built["JAVA_SERVER"],
+            mode.mode,
+        ]
     return [built["FASTMCP_PYTHON"], built["FASTMCP_SERVER"], mode.mode]
 
 

@@ -1,16 +1,16 @@
 """The conformance matrix: the law against MCP servers this project did not write (issue 40).
 
 Each cell is one server in one mode (harness/conformance.py's MATRIX: the TypeScript SDK, the Go
-SDK, rmcp and fastmcp, each in its modes, and nginx gzipping in front of some), one protocol era it
-speaks, and one case: a clean call, a 429 then a 200, a cut before the request arrived, a cut after
-the tool ran then a blind repeat on a new client, a tool error (`isError`), the server's JSON-RPC
-error, a large answer. The case runs plain (no plugin), then instrumented (app-authorized, `search`
-declared repeatable on a throttle or a cut, `charge` declared changing), and where the server
-answered, under compatibility too. Faults are injected on the
-TCP connection in front of everything; executions are counted by the server. Each cell asserts:
-the instrumented caller gets what the plain one got where plain works (the same result, the same
-error class and code), the records are true, and the server ran the tool as often as expected. Its
-row goes to the table printed at the end of the run (tests/servers/conftest.py).
+SDK, rmcp, fastmcp and the Java SDK, each in its modes, and nginx gzipping in front of some), one
+protocol era it speaks, and one case: a clean call, a 429 then a 200, a cut before the request
+arrived, a cut after the tool ran then a blind repeat on a new client, a tool error (`isError`), the
+server's JSON-RPC error, a large answer. The case runs plain (no plugin), then instrumented
+(app-authorized, `search` declared repeatable on a throttle or a cut, `charge` declared changing),
+and where the server answered, under compatibility too. Faults are injected on the TCP connection in
+front of everything; executions are counted by the server. Each cell asserts: the instrumented
+caller gets what the plain one got where plain works (the same result, the same error class and
+code), the records are true, and the server ran the tool as often as expected. Its row goes to the
+table printed at the end of the run (tests/servers/conftest.py).
 
 The servers are built by scripts/conformance-servers (a stage of ./scripts/test, cached by version);
 when they are not built every test here fails, never skips.
