@@ -95,9 +95,6 @@ class OpenCalls:
     def __contains__(self, call: object) -> bool:
         return call in self._oldest_first
 
-    def __len__(self) -> int:
-        return len(self._oldest_first)
-
 
 def opened(runtime: Runtime, call: ToolCall, result: object) -> list[ToolCall] | None:
     """`call`'s session call returned `result`: when it is a task, the call goes on, open on its

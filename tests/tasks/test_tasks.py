@@ -364,6 +364,7 @@ async def test_polls_cut_past_the_attempts_then_the_apps_recall(
     assert server.counters.executions("charge") == 1
     record = _task_record(telemetry)
     assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
+    assert record[t.EFFECT] == "unknown"  # its task may still run
     _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
