@@ -97,6 +97,9 @@ def _line_seams(
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
         # The SDK's own client span of a tools/call the plugin owns: the call span stands in for it.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "otel_span", session.sdk_span))
+        # A session closing ends its task-backed calls still open (tasks.py).
+        exiting = functools.partial(session.session_exit, runtime)
+        seams.append(("mcp.client.session", "ClientSession.__aexit__", exiting))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
             (

@@ -125,8 +125,7 @@ class Runtime:
     vouches: Vouches = field(default_factory=Vouches)
     # The task ids the calls saw, masked by the redaction: the instrumentor's too, as the vouches.
     task_ids: TaskIds = field(default_factory=TaskIds)
-    # The task-backed calls (tasks.py) of each session not ended yet, by task id, until their task's
-    # terminal status is seen. Weak: a session gone is forgotten.
-    open_tasks: weakref.WeakKeyDictionary[object, dict[str, Any]] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
+    # The task-backed calls (tasks.py) of each session not ended yet (`tasks.OpenCalls`), until their
+    # task's terminal status is seen or their session closes, which lets the session go. Weak all
+    # the same: a session gone without closing is forgotten once its calls are.
+    open_tasks: weakref.WeakKeyDictionary[object, Any] = field(default_factory=weakref.WeakKeyDictionary)

@@ -83,6 +83,8 @@ if LINE == 2:
         ("mcp.client.client", "Client.call_tool"),
         # the SDK's own client span of a tools/call the plugin owns: the call span stands in for it
         ("mcp.shared.jsonrpc_dispatcher", "otel_span"),
+        # a session closing ends its task-backed calls still open (tasks.py)
+        ("mcp.client.session", "ClientSession.__aexit__"),
     ]
 else:  # the carrier (patches/carrier.py) takes each call to the task that POSTs it
     SEAMS += [
