@@ -29,7 +29,7 @@ from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, series, session, sse, stdio, wire
+from otel_mcp_replay.patches import aws_distro, carrier, http_send, series, session, sse, stdio, wire
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules, check_export_path
@@ -133,6 +133,8 @@ def _line_seams(
                 functools.partial(carrier.post_writer, carriage),
             )
         )
+        # aws-opentelemetry-distro's MCP client span of a call's request: the call span stands in for it.
+        seams += aws_distro.seams()
     return seams
 
 

@@ -1,0 +1,81 @@
+"""Beside aws-opentelemetry-distro 0.21.0 (mcp 1.x): one MCP client span per call, redaction on.
+
+The distro's `aws_mcp` instrumentation wraps `BaseSession.send_request` and opens a CLIENT span
+`mcp tools/call <tool>` for each request, injecting its context into `_meta`; it records the tool's
+arguments and result (`gen_ai.tool.call.arguments`, `.result`) and the raw `mcp.session.id`, and adds
+an INTERNAL `mcp.session` span. Here the app runs under the distro's documented set-up
+(`OTEL_PYTHON_DISTRO=aws_distro`, `OTEL_PYTHON_CONFIGURATOR=aws_configurator`), under the plugin's
+configurator, and in AgentCore mode (`AGENT_OBSERVABILITY_ENABLED=true`, where the distro loads
+`aws_mcp` beside the plugin: it steps aside only for an instrumentor named `mcp`). Each call is the
+plugin's ONE call span (the distro's steps aside: patches/aws_distro.py) with its POSTs under it and
+the server's span (the distro's server instrumentation, reading `_meta`) its child; every exported
+span passes redaction (the distro's configurator's exporters are put behind it when the plugin is
+instrumented): no canary of the arguments, no raw session id. The law holds: the server counts.
+
+The distro pins OpenTelemetry 1.44 and mcp < 2: it runs in an environment of its own
+(.venv-fw-aws, scripts/test-lines); elsewhere this file is skipped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("amazon.opentelemetry.distro", reason="aws-opentelemetry-distro runs in .venv-fw-aws")
+
+from tests.support.distros import check_calls, exported, leaked, raw_session_ids, run_app
+
+from harness.receiver import OtlpReceiver
+from otel_mcp_replay.patches import aws_distro
+
+DISTRO = {"OTEL_PYTHON_DISTRO": "aws_distro"}
+SET_UPS = {
+    # The distro's documented set-up.
+    "aws_configurator": {**DISTRO, "OTEL_PYTHON_CONFIGURATOR": "aws_configurator"},
+    # The plugin's configurator under the distro.
+    "mcp_replay": {**DISTRO, "OTEL_PYTHON_CONFIGURATOR": "mcp_replay"},
+    # AgentCore mode: the distro's defaults for agents (its exporters named here stay ours).
+    "agentcore": {
+        **DISTRO,
+        "OTEL_PYTHON_CONFIGURATOR": "aws_configurator",
+        "AGENT_OBSERVABILITY_ENABLED": "true",
+    },
+}
+DISTRO_SCOPE = "amazon.opentelemetry.distro.instrumentation.mcp"
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as started:
+        yield started
+
+
+@pytest.mark.parametrize("set_up", SET_UPS)
+def test_one_call_span_per_call_and_nothing_raw(receiver: OtlpReceiver, set_up: str) -> None:
+    run = run_app(receiver, **SET_UPS[set_up])
+    spans = exported(receiver)
+    trees = check_calls(spans, run, server_spans=True)
+    # The distro still draws what it draws of the session: its server spans, its `mcp.session`.
+    assert all(s["scope"] == DISTRO_SCOPE for tree in trees.values() for s in tree.servers)
+    assert any(s["name"] == "mcp.session" for s in spans)
+    # Its server spans record the arguments (the canaries): masked, as every session id is hashed.
+    assert any("gen_ai.tool.call.arguments" in s["attributes"] for s in spans)
+    assert leaked(receiver, run) == [] and raw_session_ids(spans) == []
+    assert any("mcp.session.id" in s["attributes"] for s in spans)  # the check above is not vacuous
+    assert "without redaction" not in run.stderr  # nothing left for the export-path WARNING to name
+
+
+def test_the_distro_keeps_the_seam_the_plugin_steps_aside_through() -> None:
+    # patches/aws_distro.py reads the distro's private `ClientWrapper._should_suppress_mcp_span`, which
+    # its send wrapper looks up on each send: a release that moves it fails here first, loudly.
+    from amazon.opentelemetry.distro.instrumentation.mcp import _wrappers
+
+    assert aws_distro.seams() == [(aws_distro.MODULE, aws_distro.SEAM, aws_distro.steps_aside)]
+    assert "self._should_suppress_mcp_span(message)" in _source(_wrappers.ClientWrapper.wrap_session_send)
+
+
+def _source(function: Any) -> str:
+    return inspect.getsource(function)
