@@ -19,16 +19,14 @@ The distro pins OpenTelemetry 1.44 and mcp < 2: it runs in an environment of its
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip("amazon.opentelemetry.distro", reason="aws-opentelemetry-distro runs in .venv-fw-aws")
 
-from tests.support.distros import check_calls, exported, leaked, raw_session_ids, run_app
+from tests.support.distros import checked_run
 
-from harness.receiver import OtlpReceiver
 from otel_mcp_replay.patches import aws_distro
 
 DISTRO = {"OTEL_PYTHON_DISTRO": "aws_distro"}
@@ -47,25 +45,15 @@ SET_UPS = {
 DISTRO_SCOPE = "amazon.opentelemetry.distro.instrumentation.mcp"
 
 
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as started:
-        yield started
-
-
 @pytest.mark.parametrize("set_up", SET_UPS)
-def test_one_call_span_per_call_and_nothing_raw(receiver: OtlpReceiver, set_up: str) -> None:
-    run = run_app(receiver, **SET_UPS[set_up])
-    spans = exported(receiver)
-    trees = check_calls(spans, run, server_spans=True)
+def test_one_call_span_per_call_and_nothing_raw(set_up: str) -> None:
+    spans, trees = checked_run(server_spans=True, **SET_UPS[set_up])
     # The distro still draws what it draws of the session: its server spans, its `mcp.session`.
     assert all(s["scope"] == DISTRO_SCOPE for tree in trees.values() for s in tree.servers)
     assert any(s["name"] == "mcp.session" for s in spans)
-    # Its server spans record the arguments (the canaries): masked, as every session id is hashed.
+    # Its server spans record the arguments (the canaries, found nowhere): masked, not absent.
     assert any("gen_ai.tool.call.arguments" in s["attributes"] for s in spans)
-    assert leaked(receiver, run) == [] and raw_session_ids(spans) == []
-    assert any("mcp.session.id" in s["attributes"] for s in spans)  # the check above is not vacuous
-    assert "without redaction" not in run.stderr  # nothing left for the export-path WARNING to name
+    assert any("mcp.session.id" in s["attributes"] for s in spans)  # the raw check is not vacuous
 
 
 def test_the_distro_keeps_the_seam_the_plugin_steps_aside_through() -> None:

@@ -139,6 +139,20 @@ def leaked(receiver: OtlpReceiver, run: AppRun) -> list[str]:
     return [name for name, value in secrets.items() if value.encode() in raw]
 
 
+def checked_run(*, server_spans: bool, **extra_env: str) -> tuple[list[SpanDict], dict[str, CallTree]]:
+    """The app run with `extra_env`, its spans received, and what holds in every set-up checked
+    (`check_calls`; no canary, no session id the server handed out, no raw `mcp.session.id`
+    exported; nothing left for the export-path WARNING to name). The spans and call trees, for what a
+    set-up adds."""
+    with OtlpReceiver() as receiver:
+        run = run_app(receiver, **extra_env)
+        spans = exported(receiver, server_spans=server_spans)
+        trees = check_calls(spans, run, server_spans=server_spans)
+        assert leaked(receiver, run) == [] and raw_session_ids(spans) == []
+    assert "without redaction" not in run.stderr
+    return spans, trees
+
+
 def check_calls(spans: list[SpanDict], run: AppRun, *, server_spans: bool) -> dict[str, CallTree]:
     """The law held (search's 429 repeated, charge cut after it ran and never repeated: the server's
     counts) and each call is ONE MCP client span, the plugin's, carrying its record, with its POSTs
