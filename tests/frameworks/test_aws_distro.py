@@ -25,6 +25,7 @@ import pytest
 
 pytest.importorskip("amazon.opentelemetry.distro", reason="aws-opentelemetry-distro runs in .venv-fw-aws")
 
+from opentelemetry.sdk.trace import TracerProvider
 from tests.support.distros import checked_run
 
 from otel_mcp_replay.patches import aws_distro
@@ -63,6 +64,23 @@ def test_the_distro_keeps_the_seam_the_plugin_steps_aside_through() -> None:
 
     assert aws_distro.seams() == [(aws_distro.MODULE, aws_distro.SEAM, aws_distro.steps_aside)]
     assert "self._should_suppress_mcp_span(message)" in _source(_wrappers.ClientWrapper.wrap_session_send)
+
+
+def test_uninstrument_gives_the_distro_its_own_method_back() -> None:
+    from amazon.opentelemetry.distro.instrumentation.mcp._wrappers import ClientWrapper, McpWrapper
+
+    from otel_mcp_replay import McpReplayInstrumentor
+
+    original = McpWrapper._should_suppress_mcp_span  # the distro's, which its ClientWrapper inherits
+    assert ClientWrapper._should_suppress_mcp_span is original
+    instrumentor = McpReplayInstrumentor()
+    instrumentor.instrument(tracer_provider=TracerProvider())
+    try:
+        assert ClientWrapper._should_suppress_mcp_span is not original  # the seam is in
+        assert McpWrapper._should_suppress_mcp_span is original  # its server side untouched
+    finally:
+        instrumentor.uninstrument()
+    assert ClientWrapper._should_suppress_mcp_span is original
 
 
 def _source(function: Any) -> str:
