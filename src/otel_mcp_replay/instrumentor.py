@@ -133,8 +133,6 @@ def _line_seams(
                 functools.partial(carrier.post_writer, carriage),
             )
         )
-        # aws-opentelemetry-distro's MCP client span of a call's request: the call span stands in for it.
-        seams += aws_distro.seams()
     return seams
 
 
@@ -274,8 +272,12 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for module, name, wrapper in _seams(runtime):
             wrap_function_wrapper(module, name, wrapper)
             self._wrapped.append((module, name))
+        if not LINE.carries_context:
+            # aws-opentelemetry-distro's MCP client span of a call's request: the call span stands in.
+            aws_distro.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        aws_distro.uninstall()
         for module, name in self._wrapped:
             owner, _, attr = name.rpartition(".")
             target: object = importlib.import_module(module)

@@ -5,7 +5,8 @@ The distro's `aws_mcp` instrumentation wraps `BaseSession.send_request` and open
 arguments and result (`gen_ai.tool.call.arguments`, `.result`) and the raw `mcp.session.id`, and adds
 an INTERNAL `mcp.session` span. Here the app runs under the distro's documented set-up
 (`OTEL_PYTHON_DISTRO=aws_distro`, `OTEL_PYTHON_CONFIGURATOR=aws_configurator`), under the plugin's
-configurator, and in AgentCore mode (`AGENT_OBSERVABILITY_ENABLED=true`, where the distro loads
+configurator, with the distro's HTTP spans shown (`AWS_INSTRUMENTATION_MCP_SUPPRESS_HTTP_INSTRUMENTATION
+=false`), and in AgentCore mode (`AGENT_OBSERVABILITY_ENABLED=true`, where the distro loads
 `aws_mcp` beside the plugin: it steps aside only for an instrumentor named `mcp`). Each call is the
 plugin's ONE call span (the distro's steps aside: patches/aws_distro.py) with its POSTs under it and
 the server's span (the distro's server instrumentation, reading `_meta`) its child; every exported
@@ -19,7 +20,6 @@ The distro pins OpenTelemetry 1.44 and mcp < 2: it runs in an environment of its
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 import pytest
 
@@ -36,6 +36,12 @@ SET_UPS = {
     "aws_configurator": {**DISTRO, "OTEL_PYTHON_CONFIGURATOR": "aws_configurator"},
     # The plugin's configurator under the distro.
     "mcp_replay": {**DISTRO, "OTEL_PYTHON_CONFIGURATOR": "mcp_replay"},
+    # Its HTTP spans shown: its own client span made per send, but for a call's request.
+    "http spans shown": {
+        **DISTRO,
+        "OTEL_PYTHON_CONFIGURATOR": "aws_configurator",
+        "AWS_INSTRUMENTATION_MCP_SUPPRESS_HTTP_INSTRUMENTATION": "false",
+    },
     # AgentCore mode: the distro's defaults for agents (its exporters named here stay ours).
     "agentcore": {
         **DISTRO,
@@ -57,31 +63,36 @@ def test_one_call_span_per_call_and_nothing_raw(set_up: str) -> None:
     assert any("mcp.session.id" in s["attributes"] for s in spans)  # the raw check is not vacuous
 
 
-def test_the_distro_keeps_the_seam_the_plugin_steps_aside_through() -> None:
-    # patches/aws_distro.py reads the distro's private `ClientWrapper._should_suppress_mcp_span`, which
-    # its send wrapper looks up on each send: a release that moves it fails here first, loudly.
-    from amazon.opentelemetry.distro.instrumentation.mcp import _wrappers
+def test_the_distro_keeps_what_the_plugin_steps_aside_through() -> None:
+    # patches/aws_distro.py reads three private names of the distro: the tracer each ClientWrapper
+    # keeps (`_tracer`, an instance attribute), the span name it opens per send (`_CLIENT_SPAN_NAME`),
+    # and that its send wrapper opens that span with that tracer, reading it on each send. A release
+    # that moves one fails here first, loudly.
+    from amazon.opentelemetry.distro.instrumentation.mcp._wrappers import ClientWrapper
 
-    assert aws_distro.seams() == [(aws_distro.MODULE, aws_distro.SEAM, aws_distro.steps_aside)]
-    assert "self._should_suppress_mcp_span(message)" in _source(_wrappers.ClientWrapper.wrap_session_send)
+    tracer = TracerProvider().get_tracer("pin")
+    assert vars(ClientWrapper(tracer=tracer))[aws_distro.TRACER] is tracer
+    assert isinstance(getattr(ClientWrapper, aws_distro.SPAN_NAME), str)
+    opens = "self._tracer.start_span(name=self._CLIENT_SPAN_NAME, kind=SpanKind.CLIENT)"
+    assert opens in inspect.getsource(ClientWrapper.wrap_session_send)
 
 
-def test_uninstrument_gives_the_distro_its_own_method_back() -> None:
-    from amazon.opentelemetry.distro.instrumentation.mcp._wrappers import ClientWrapper, McpWrapper
+def test_uninstrument_gives_the_distro_its_own_tracer_back() -> None:
+    from amazon.opentelemetry.distro.instrumentation.mcp._wrappers import ClientWrapper
 
     from otel_mcp_replay import McpReplayInstrumentor
 
-    original = McpWrapper._should_suppress_mcp_span  # the distro's, which its ClientWrapper inherits
-    assert ClientWrapper._should_suppress_mcp_span is original
+    tracer = TracerProvider().get_tracer("before")
+    made_before = ClientWrapper(tracer=tracer)
+    assert aws_distro.TRACER not in vars(ClientWrapper)
     instrumentor = McpReplayInstrumentor()
     instrumentor.instrument(tracer_provider=TracerProvider())
     try:
-        assert ClientWrapper._should_suppress_mcp_span is not original  # the seam is in
-        assert McpWrapper._should_suppress_mcp_span is original  # its server side untouched
+        # Read through the plugin's stepping tracer, whichever was made first.
+        later = TracerProvider().get_tracer("after")
+        for wrapper, own in [(made_before, tracer), (ClientWrapper(tracer=later), later)]:
+            assert isinstance(wrapper._tracer, aws_distro.SteppingTracer)
+            assert wrapper._tracer.__wrapped__ is own
     finally:
         instrumentor.uninstrument()
-    assert ClientWrapper._should_suppress_mcp_span is original
-
-
-def _source(function: Any) -> str:
-    return inspect.getsource(function)
+    assert aws_distro.TRACER not in vars(ClientWrapper) and made_before._tracer is tracer
