@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules
+from otel_mcp_replay.redaction import RedactionRules
 
 _logger = logging.getLogger(__name__)
 
@@ -87,14 +87,7 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
         inner_factory: Callable[..., SpanProcessor] = kwargs.pop(_FACTORY, None) or BatchSpanProcessor
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
-            redacting = RedactingSpanExporter(
-                exporter,
-                rules,
-                vouches=instrumentor.vouches,
-                task_ids=instrumentor.task_ids,
-                on_refused=instrumentor.count_refused,
-            )
-            return inner_factory(redacting, *args, **factory_kwargs)
+            return inner_factory(instrumentor.redacting(exporter, rules), *args, **factory_kwargs)
 
         if takes_factory:
             super()._configure(**kwargs, **{_FACTORY: export_span_processor})  # type: ignore[no-untyped-call]

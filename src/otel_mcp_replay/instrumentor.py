@@ -12,6 +12,7 @@ import functools
 import importlib
 import logging
 import os
+import sys
 import weakref
 from collections.abc import Callable, Collection
 from typing import Any
@@ -19,7 +20,8 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.metrics import Counter, get_meter
-from opentelemetry.trace import get_tracer
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import get_tracer, get_tracer_provider
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay import environment_variables as ev
@@ -27,10 +29,11 @@ from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, series, session, sse, stdio, wire
+from otel_mcp_replay.patches import aws_distro, carrier, http_send, series, session, sse, stdio, wire
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
-from otel_mcp_replay.redaction import check_export_path
+from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules, check_export_path
+from otel_mcp_replay.redaction.export_path import redact_exporters
 from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
@@ -39,6 +42,10 @@ from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION
 from otel_mcp_replay.version import __version__
 
 _logger = logging.getLogger(__name__)
+
+# Loaded by `opentelemetry-instrument` (its sitecustomize) and by `auto_instrumentation.initialize()`:
+# the global provider is then whatever configurator ran, never one the app built in code.
+_AUTO_INSTRUMENTATION = "opentelemetry.instrumentation.auto_instrumentation"
 
 
 def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -227,6 +234,18 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._refused_uninstrumented.add(1)
 
+    def redacting(self, exporter: SpanExporter, rules: RedactionRules | None = None) -> RedactingSpanExporter:
+        """`exporter` behind redaction (`rules`; None: the environment's), as the configurators' are:
+        the records this process's calls file vouched for, its task ids masked, a refused record
+        counted (`count_refused`)."""
+        return RedactingSpanExporter(
+            exporter,
+            RedactionRules.from_env_or_builtin() if rules is None else rules,
+            vouches=self.vouches,
+            task_ids=self.task_ids,
+            on_refused=self.count_refused,
+        )
+
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
@@ -246,14 +265,22 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._runtime = runtime
         if self._told_unredacted is None:
             self._told_unredacted = weakref.WeakSet()
+        if kwargs.get("tracer_provider") is None and _AUTO_INSTRUMENTATION in sys.modules:
+            # Whichever configurator built the provider (a distro's too): its exporters redact.
+            rules = RedactionRules.from_env_or_builtin()
+            redact_exporters(get_tracer_provider(), lambda exporter: self.redacting(exporter, rules))
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
         check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []
         for module, name, wrapper in _seams(runtime):
             wrap_function_wrapper(module, name, wrapper)
             self._wrapped.append((module, name))
+        if not LINE.carries_context:
+            # aws-opentelemetry-distro's MCP client span of a call's request: the call span stands in.
+            aws_distro.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        aws_distro.uninstall()
         for module, name in self._wrapped:
             owner, _, attr = name.rpartition(".")
             target: object = importlib.import_module(module)

@@ -329,7 +329,10 @@ def run_leaky_app(work: Path, url: str, traces_endpoint: str, mode: str) -> None
     env["PYTHONPATH"] = os.pathsep.join((str(REPO / "src"), str(REPO)))
     env.update(
         {
-            "OTEL_PYTHON_CONFIGURATOR": "configurator",  # opentelemetry-distro's: no redaction
+            # opentelemetry-distro's configurator, and the plugin (which would put its exporter behind
+            # redaction) disabled: nothing in the app redacts, the Collector's processors are on their own.
+            "OTEL_PYTHON_CONFIGURATOR": "configurator",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "mcp_replay",
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",

@@ -3,8 +3,10 @@ secret crosses the wire to the OTLP receiver, and the spans still arrive.
 
 A real subprocess runs `opentelemetry-instrument python script.py` with the httpx2 instrumentor
 loaded (it captures the Authorization, Cookie and session headers we ask it to), exporting
-OTLP/HTTP protobuf to a receiver on 127.0.0.1 that keeps the raw bytes. The control run, with the
-distro's plain configurator, shows the same canaries do leak without ours: the check can see them.
+OTLP/HTTP protobuf to a receiver on 127.0.0.1 that keeps the raw bytes. Under the distro's plain
+configurator the plugin puts its exporter behind redaction when instrumented; the control run, that
+configurator with the plugin disabled, shows the same canaries do leak without it: the check can see
+them.
 """
 
 from __future__ import annotations
@@ -65,10 +67,13 @@ def test_every_exported_span_is_redacted_under_opentelemetry_instrument(
 
 
 @needs_httpx2_spans
-def test_control_without_our_configurator_the_canaries_do_leak(
+def test_control_without_the_plugin_the_canaries_do_leak(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
-    run_instrumented(tmp_path, target, receiver, "configurator")  # opentelemetry-distro's own
+    # opentelemetry-distro's own configurator, and the plugin not instrumented: nothing redacts.
+    run_instrumented(
+        tmp_path, target, receiver, "configurator", OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp_replay"
+    )
     assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
     assert {"TOKEN", "BEARER", "SESSION", "PASSWORD", "COOKIE", "CUSTOMER"} <= set(
         leaked(receiver.raw_bytes())
@@ -87,17 +92,22 @@ def test_a_bad_rule_in_the_environment_is_logged_and_the_built_in_rules_still_ho
     assert set(leaked(receiver.raw_bytes())) == {"CUSTOMER"}
 
 
-@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
+@pytest.mark.parametrize(
+    ("configurator", "disabled"),
+    [("mcp_replay", ""), ("configurator", ""), ("configurator", "mcp_replay")],
+    ids=["ours", "the distro's", "the distro's, the plugin disabled"],
+)
 def test_the_apps_own_span_leaves_redacted_through_our_configurator_on_every_sdk(
-    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str
+    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str, disabled: str
 ) -> None:
     """The app's own span, on any SDK this plugin supports (1.39 has no exporter factory: the
-    configurator wraps the SDK's processor name instead), with the distro's configurator as the
-    control that the same canaries do leak without ours."""
-    run_instrumented(tmp_path, target, receiver, configurator)
+    configurator wraps the SDK's processor name instead), and under the distro's configurator,
+    whose exporter the plugin puts behind redaction when instrumented; the plugin disabled is the
+    control that the same canaries do leak without it."""
+    run_instrumented(tmp_path, target, receiver, configurator, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled)
     assert receiver.wait_for(lambda spans: any(s["name"] == "app-work" for s in spans), timeout=20)
     (app,) = [span for span in receiver.spans() if span["name"] == "app-work"]
-    if configurator == "mcp_replay":
+    if not disabled:
         assert leaked(receiver.raw_bytes()) == []
         assert app["attributes"][t.MCP_SESSION_ID] == session_hash(CANARIES["SESSION"])
         assert app["attributes"]["app.db.password"] == MASK
