@@ -2,7 +2,8 @@
 
 The rule: when the SDK TracerProvider the plugin is instrumented with hands spans to an exporter
 that is not behind RedactingSpanExporter or RedactingSpanProcessor, the plugin logs ONE WARNING
-naming the fix (OTEL_PYTHON_CONFIGURATOR=mcp_replay, or wrapping the exporter) and never raises.
+naming the fix (OTEL_PYTHON_CONFIGURATOR=mcp_replay, or under a configuration file the exporter
+`mcp_replay_redacting` around the file's exporter, or wrapping the exporter) and never raises.
 It happens under `opentelemetry-instrument` when another configurator ran (opentelemetry-distro's
 is found first, depending on install order, when OTEL_PYTHON_CONFIGURATOR is not set), and in apps
 that set up tracing in code with a bare exporter.
@@ -17,6 +18,7 @@ judged: it may export, or not. A provider that is not the SDK's exports nothing 
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Iterator
 from typing import Final
@@ -30,6 +32,11 @@ from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingS
 _logger = logging.getLogger(__name__)
 
 FIX: Final = "OTEL_PYTHON_CONFIGURATOR=mcp_replay"
+# Under a configuration file the SDK builds the file's exporters: the fix is in the file.
+FILE_FIX: Final = (
+    "name the exporter mcp_replay_redacting around each exporter of the OTEL_CONFIG_FILE "
+    "(exporter: {mcp_replay_redacting: {otlp_http: {...}}})"
+)
 _MAX_DEPTH: Final = 8  # nested multi-processors deeper than this are not read
 
 
@@ -73,8 +80,10 @@ def check_export_path(
     if names:
         _logger.warning(
             "otel-mcp-replay: spans are exported by %s without redaction (credentials in URLs, captured "
-            "authorization headers and raw mcp-session-id values leave as they are); under "
-            "opentelemetry-instrument set %s, or wrap the exporter in RedactingSpanExporter",
+            "authorization headers and raw mcp-session-id values leave as they are); %s, or wrap the "
+            "exporter in RedactingSpanExporter",
             ", ".join(names),
-            FIX,
+            f"in the file {FILE_FIX}"
+            if os.environ.get("OTEL_CONFIG_FILE", "").strip()
+            else f"under opentelemetry-instrument set {FIX}",
         )
