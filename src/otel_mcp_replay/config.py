@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from otel_mcp_replay import config_file
 from otel_mcp_replay import environment_variables as ev
@@ -172,14 +172,17 @@ def _under_file(
             "is" if len(ignored) == 1 else "are",
             config_file.SECTION,
         )
-    options = from_file
+    given = from_file
     fail_closed = False
-    if options is None:  # not coerced by the configuration package: read from the file itself
-        options, why = config_file.section_of(path)
-        if why is not None:
+    if given is None:  # not coerced by the configuration package: read from the file itself
+        given, unread = config_file.section_of(path)
+        if unread is not None:
             fail_closed = True
-            _logger.error("otel-mcp-replay: %s; nothing will be repeated (fail-closed)", why)
-    options = dict(options or {})
+            _logger.log(
+                unread.level, "otel-mcp-replay: %s; nothing will be repeated (fail-closed)", unread.why
+            )
+    # YAML 1.1's bare `on`/`off` keys, at any depth (a tool's `on:` list), named as the user wrote them.
+    options: dict[object, object] = dict(cast(Mapping[object, object], config_file.yaml_meant(given or {})))
     enabled = options.pop("enabled", True) is not False
     problems: list[BaseException] = []
     for name in sorted(set(options) - set(config_file.OPTION_NAMES), key=str):
@@ -193,7 +196,7 @@ def _under_file(
                 problems.append(exc)
     if servers is None and "servers" in options:
         try:
-            servers = servers_of(config_file.yaml_meant(options["servers"]), _in_file("servers"))
+            servers = servers_of(options["servers"], _in_file("servers"))
         except Exception as exc:  # the file must never stop the app or the loader
             problems.append(exc)
     if redaction is None:
@@ -228,7 +231,7 @@ def _guard_secret_or_none(checked: dict[str, object], problems: list[BaseExcepti
     return checked
 
 
-def _file_redaction(options: Mapping[str, object], problems: list[BaseException]) -> UserRules:
+def _file_redaction(options: Mapping[object, object], problems: list[BaseException]) -> UserRules:
     """The file's redaction options: built-in rules plus these; a bad entry is dropped and named."""
     lists = {}
     for name, ignore_case in (("redact_keys", True), ("redact_values", False)):

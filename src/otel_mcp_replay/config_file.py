@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-_logger = logging.getLogger(__name__)
-
 # The SDK's variable naming the file (opentelemetry.sdk.environment_variables, from SDK 1.43 on).
 OTEL_CONFIG_FILE: Final = "OTEL_CONFIG_FILE"
 SECTION: Final = "mcp_replay"  # the instrumentor's entry-point name: its key under `python:`
@@ -113,22 +111,35 @@ def options_given(kwargs: Mapping[str, Any]) -> dict[str, object] | None:
     return given or None
 
 
-def section_of(path: str) -> tuple[dict[str, object] | None, str | None]:
-    """The `mcp_replay` section of the file at `path` (None: it has none) read by the loader, or why
-    it could not be read (a sentence naming no value: the loader's own error may quote one)."""
+@dataclass(frozen=True)
+class Unread:
+    """Why the section could not be read (a sentence naming no value: the loader's own error may
+    quote one), and the level it is told at: the configurator already said a missing package at
+    ERROR under `mcp_replay`, so the plugin repeats it at WARNING."""
+
+    why: str
+    level: int = logging.ERROR
+
+
+def section_of(path: str) -> tuple[dict[str, object] | None, Unread | None]:
+    """The `mcp_replay` section of the file at `path` (None: it has none) read by the loader, or
+    why it could not be."""
     try:
         from opentelemetry.configuration import load_config_file
     except ImportError:
-        return None, f"{OTEL_CONFIG_FILE} needs opentelemetry-configuration (pip install '{EXTRA}')"
+        missing = (
+            f"{OTEL_CONFIG_FILE} cannot be read without opentelemetry-configuration (pip install '{EXTRA}')"
+        )
+        return None, Unread(missing, logging.WARNING)
     try:
         loaded = load_config_file(path)
     except Exception as exc:  # the SDK reports what is wrong with its file itself
-        return None, f"{OTEL_CONFIG_FILE} could not be read ({type(exc).__name__})"
+        return None, Unread(f"{OTEL_CONFIG_FILE} could not be read ({type(exc).__name__})")
     instrumentation = loaded.instrumentation_development
     python = getattr(instrumentation, "python", None) or {}
     section = python.get(SECTION) if isinstance(python, Mapping) else None
     if section is None:
         return None, None
     if not isinstance(section, Mapping):
-        return None, f"{SECTION} must be a mapping of options"
+        return None, Unread(f"{SECTION} must be a mapping of options")
     return dict(section), None

@@ -24,6 +24,7 @@ from tests.support.autoinstrument import (
     Target,
     http_client_spans,
     leaked,
+    needs_config_file,
     needs_httpx2_spans,
     run_instrumented,
     session_hash,
@@ -135,6 +136,7 @@ def _config_file(tmp_path: Path, receiver: OtlpReceiver, exporter: str) -> Path:
 # Under a file the SDK builds the file's exporters whichever configurator runs (the distro's is
 # `configurator`): the plugin's exporter around the file's redacts every span, with the file's
 # redact options, and the plugin's variables (set by run_instrumented) are ignored, said once.
+@needs_config_file
 @needs_httpx2_spans
 @pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
 def test_under_a_config_file_the_plugins_exporter_redacts_every_span(
@@ -159,6 +161,7 @@ def test_under_a_config_file_the_plugins_exporter_redacts_every_span(
 
 # A file whose exporter is plain: its telemetry flows (the plugin never refuses a file), and the
 # export-path WARNING names the fix in the file's own terms.
+@needs_config_file
 @needs_httpx2_spans
 def test_a_config_file_without_the_plugins_exporter_exports_and_is_warned(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
@@ -169,6 +172,25 @@ def test_a_config_file_without_the_plugins_exporter_exports_and_is_warned(
     assert {"SESSION", "PASSWORD"} <= set(leaked(receiver.raw_bytes()))  # unredacted, as warned
     warned = [line for line in stderr.splitlines() if "without redaction" in line]
     assert len(warned) == 1 and "mcp_replay_redacting" in warned[0] and "OTLPSpanExporter" in warned[0]
+
+
+# An SDK that cannot read the file (opentelemetry-configuration missing: here a package of that name
+# that fails to import, first on the path): one ERROR naming the extra, nothing exported, the app runs.
+def test_without_the_configuration_package_one_error_names_the_extra(
+    tmp_path: Path, target: Target, receiver: OtlpReceiver
+) -> None:
+    missing = tmp_path / "missing" / "opentelemetry" / "configuration"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text("raise ImportError('not installed')\n")
+    config = _config_file(tmp_path, receiver, "mcp_replay_redacting")
+    stderr = run_instrumented(
+        tmp_path, target, receiver, "mcp_replay", path=[tmp_path / "missing"], OTEL_CONFIG_FILE=str(config)
+    )
+    named = [line for line in stderr.splitlines() if "pip install 'otel-mcp-replay[config-file]'" in line]
+    # The configurator's ERROR (nothing configured), then the plugin's fail-closed (a WARNING).
+    assert len(named) == 2 and all("OTEL_CONFIG_FILE" in line for line in named)
+    assert "no telemetry SDK configured" in named[0] and "fail-closed" in named[1]
+    assert receiver.raw_requests() == []  # the app has exited: whatever it would export was sent by now
 
 
 COMPOSE = textwrap.dedent(
