@@ -201,11 +201,12 @@ def _under_file(
             problems.append(exc)
     if redaction is None:
         redaction = _file_redaction(options, problems)
+    checked = _guard_secret_or_none(checked, problems)
     for problem in problems:
         _log("", problem)
     return Configuration(
         NO_SERVERS if servers is None else servers,
-        settings_from_checked(_guard_secret_or_none(checked, problems)),
+        settings_from_checked(checked),
         fail_closed or bool(problems),
         redaction,
         enabled,
