@@ -14,90 +14,21 @@ instrumented" line in the app's log.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 from tests.support.autoinstrument import needs_config_file
+from tests.support.config_files import TWICE, run_with_file
 
-from harness.receiver import OtlpReceiver, SpanDict
-from harness.run import EXAMPLES, FAULTS, agent_environment, demo_servers, records_received, run_agent
+from harness.receiver import SpanDict
+from harness.run import records_received
 from otel_mcp_replay import telemetry as t
 
-CONFIG: Final = EXAMPLES / "otel-config.yaml"
-TOOLS: Final = ("search", "charge", "send_email")
-TWICE: Final = "Attempting to instrument while already instrumented"
 # What the agent sends that must never be exported: the charge's key, the e-mail's address and body.
 SECRETS: Final = (b"order-7f3a9c", b"ada@example.com", b"Your receipt")
 
 pytestmark = [pytest.mark.timeout(300), needs_config_file]
-
-
-@dataclass(frozen=True)
-class FileRun:
-    stdout: str
-    stderr: str
-    posts: Mapping[tuple[str, str], int]  # (endpoint name, tool) -> tools/call POSTs received
-    runs: Mapping[tuple[str, str], int]  # (endpoint name, tool) -> executions
-    spans: list[SpanDict]
-    raw: bytes
-
-
-def run_with_file(
-    tmp_path: Path,
-    configurator: str,
-    edit: Mapping[str, str] | None = None,
-    faults: Mapping[str, Mapping[str, list[dict[str, Any]]]] = FAULTS,
-    **extra_env: str,
-) -> FileRun:
-    """The demo's agent configured by the example file (with `edit`'s replacements), its spans."""
-    text = CONFIG.read_text(encoding="utf-8")
-    for old, new in (edit or {}).items():
-        assert old in text, old
-        text = text.replace(old, new)
-    config = tmp_path / "otel-config.yaml"
-    config.write_text(text, encoding="utf-8")
-    with OtlpReceiver() as receiver, demo_servers(tmp_path, config, fixed_ports=False, faults=faults) as demo:
-        env = {
-            key: value
-            for key, value in agent_environment(demo, receiver.traces_endpoint).items()
-            if not key.startswith("OTEL_")
-        }
-        env.update(
-            {
-                "OTEL_CONFIG_FILE": str(demo.config),
-                "OTEL_PYTHON_CONFIGURATOR": configurator,
-                "MCP_REPLAY_OTLP_TRACES_ENDPOINT": receiver.traces_endpoint,
-                **extra_env,
-            }
-        )
-        done = run_agent(env, timeout=90)
-        assert done.returncode == 0, done.stderr[-4000:]
-        calls = sum(1 for line in done.stdout.splitlines() if " -> " in line)
-        assert calls == 4, done.stdout  # the app ran every step, whatever the file said
-        # Bounded: the app has exited, so whatever it exported is in by now, or never.
-        receiver.wait_for(lambda spans: records_received(spans) >= 4, timeout=10)
-        counters = {name: handle.counters for name, handle in demo.servers.items()}
-        return FileRun(
-            done.stdout,
-            done.stderr,
-            {
-                (n, tool): c.tool_posts(tool)
-                for n, c in counters.items()
-                for tool in TOOLS
-                if c.tool_posts(tool)
-            },
-            {
-                (n, tool): c.executions(tool)
-                for n, c in counters.items()
-                for tool in TOOLS
-                if c.tool_posts(tool)
-            },
-            receiver.spans(),
-            receiver.raw_bytes(),
-        )
 
 
 def call_spans(spans: list[SpanDict]) -> list[SpanDict]:
