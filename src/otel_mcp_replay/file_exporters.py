@@ -16,6 +16,7 @@ own code for that syntax (never read again here). It loads from the entry-point 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -29,20 +30,21 @@ NAME = "mcp_replay_redacting"  # its name in the entry-point groups and in a fil
 def redacting_span_exporter(**inner: Any) -> SpanExporter:
     """The span exporter `inner` names (`{otlp_http: {...}}`), behind RedactingSpanExporter."""
     # Only here: the configuration package is there whenever a file names this exporter.
-    from opentelemetry.configuration._conversion import _dict_to_dataclass
     from opentelemetry.configuration._tracer_provider import _create_span_exporter
     from opentelemetry.configuration.models import SpanExporter as SpanExporterModel
 
-    exporter = _create_span_exporter(_dict_to_dataclass(_one_inner(inner), SpanExporterModel))
-    made: SpanExporter = McpReplayInstrumentor().redacting(RedactingSpanExporter, exporter)
+    made: SpanExporter = _redacting(RedactingSpanExporter, _create_span_exporter, SpanExporterModel, inner)
     return made
 
 
-def _one_inner(inner: dict[str, Any]) -> dict[str, Any]:
+def _redacting(
+    wrapper: Callable[..., Any], build: Callable[[Any], Any], model: type, inner: dict[str, Any]
+) -> Any:
+    """`wrapper` around what the package's own `build` makes of `inner` read as its `model`, with
+    the instrumentor's rules in force, vouches, task ids and count (`McpReplayInstrumentor.redacting`)."""
     from opentelemetry.configuration import ConfigurationError
+    from opentelemetry.configuration._conversion import _dict_to_dataclass
 
     if len(inner) != 1:
         raise ConfigurationError(f"{NAME} takes one key: the exporter it wraps (e.g. otlp_http)")
-    if next(iter(inner)) == NAME:
-        raise ConfigurationError(f"{NAME} cannot wrap itself")
-    return inner
+    return McpReplayInstrumentor().redacting(wrapper, build(_dict_to_dataclass(inner, model)))

@@ -164,3 +164,17 @@ def test_the_redaction_keywords_set_the_rules_of_the_wrappers_built_before() -> 
     instrumentor.instrument(tracer_provider=provider, redact_keys=[], redact_values=[])
     instrumentor.uninstrument()
     assert instrumentor.redaction_rules is wrapper.rules
+
+
+def test_the_exporter_plugin_builds_the_inner_exporter_the_files_way() -> None:
+    from opentelemetry.configuration import ConfigurationError
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    from otel_mcp_replay.file_exporters import redacting_span_exporter
+
+    made = redacting_span_exporter(console=None)  # `console:` in a file: null, the package's way
+    assert isinstance(made, RedactingSpanExporter) and isinstance(made.inner, ConsoleSpanExporter)
+    assert made.rules is McpReplayInstrumentor().redaction_rules
+    for wrong in ({}, {"console": None, "otlp_http": {}}):
+        with pytest.raises(ConfigurationError, match="mcp_replay_redacting takes one key"):
+            redacting_span_exporter(**wrong)
