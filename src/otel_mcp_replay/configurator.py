@@ -20,11 +20,16 @@ Before SDK 1.40 `_initialize_components` takes no factory: each exporter goes in
 call that name is the factory, then put back; an SDK that has neither seam gets nothing
 configured and an ERROR, never an unwrapped exporter.
 
+With `OTEL_CONFIG_FILE` the file configures the SDK, exactly as under opentelemetry-distro's
+configurator (the SDK builds its providers and ignores the factory): the file's exporters are
+redacted by naming the exporter plugin `mcp_replay_redacting` (file_exporters.py) around them.
+An SDK that cannot read a file (no opentelemetry-configuration) gets one ERROR naming the extra to
+install, and nothing configured.
+
 Limits: only one configurator runs per process, so this replaces a vendor distro's configurator
 (wrap programmatically there); processors the app adds to the provider itself are not covered
-(wrap them in RedactingSpanProcessor); with `OTEL_CONFIG_FILE` the SDK ignores the factory, so
-this configurator then logs an ERROR and configures nothing rather than export unredacted.
-Redaction runs in the batch processor's export thread, off the app's own threads.
+(wrap them in RedactingSpanProcessor). Redaction runs in the batch processor's export thread, off
+the app's own threads.
 """
 
 from __future__ import annotations
@@ -40,15 +45,13 @@ from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from otel_mcp_replay.config_file import EXTRA, OTEL_CONFIG_FILE
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-from otel_mcp_replay.redaction import RedactionRules
+from otel_mcp_replay.redaction import RedactingSpanExporter
 
 _logger = logging.getLogger(__name__)
 
 CONFIGURATOR_NAME: Final = "mcp_replay"  # the value of OTEL_PYTHON_CONFIGURATOR that selects it
-# The SDK's name for it from 1.43 on (opentelemetry.sdk.environment_variables); older SDKs read no
-# such file, and a user who set it is told the same.
-OTEL_CONFIG_FILE: Final = "OTEL_CONFIG_FILE"
 # The SDK's keyword for the exporter-processor factory, from 1.40 on.
 _FACTORY: Final = "export_span_processor"
 
@@ -62,13 +65,20 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
     """opentelemetry-distro's configurator, each trace exporter wrapped in RedactingSpanExporter."""
 
     def _configure(self, **kwargs: Any) -> None:
-        if os.environ.get(OTEL_CONFIG_FILE):
-            _logger.error(
-                "%s=%s cannot redact exporters declared by %s: no telemetry SDK configured",
-                "OTEL_PYTHON_CONFIGURATOR",
-                CONFIGURATOR_NAME,
-                OTEL_CONFIG_FILE,
-            )
+        if os.environ.get(OTEL_CONFIG_FILE, "").strip():
+            try:
+                import opentelemetry.configuration  # noqa: F401 (the SDK imports it to read the file)
+            except ImportError:
+                _logger.error(
+                    "%s is set but this SDK cannot read it: pip install '%s' (no telemetry SDK configured)",
+                    OTEL_CONFIG_FILE,
+                    EXTRA,
+                )
+                return
+            # The loader's version goes into exporters built from the environment only: the SDK
+            # would warn that it ignores it under a file.
+            kwargs.pop("auto_instrumentation_version", None)
+            super()._configure(**kwargs)  # type: ignore[no-untyped-call]
             return
         takes_factory = _takes_factory()
         if not takes_factory and not isinstance(getattr(sdk_configuration, "BatchSpanProcessor", None), type):
@@ -78,8 +88,6 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
                 CONFIGURATOR_NAME,
             )
             return
-        # Never raises: a bad entry is logged and dropped, the other rules and the built-in ones stay.
-        rules = RedactionRules.from_env_or_builtin()
         # The one instrumentor of the process (BaseInstrumentor's singleton), instrumented later or
         # not at all: the records its calls file are vouched for, the task ids they see are masked,
         # and a refused record is counted on its runtime's meter.
@@ -87,7 +95,9 @@ class McpReplayConfigurator(_OTelSDKConfigurator):
         inner_factory: Callable[..., SpanProcessor] = kwargs.pop(_FACTORY, None) or BatchSpanProcessor
 
         def export_span_processor(exporter: SpanExporter, *args: Any, **factory_kwargs: Any) -> SpanProcessor:
-            return inner_factory(instrumentor.redacting(exporter, rules), *args, **factory_kwargs)
+            # The rules in force (the environment's, never raising; those instrument() sets later).
+            redacting = instrumentor.redacting(RedactingSpanExporter, exporter)
+            return inner_factory(redacting, *args, **factory_kwargs)
 
         if takes_factory:
             super()._configure(**kwargs, **{_FACTORY: export_span_processor})  # type: ignore[no-untyped-call]

@@ -3,7 +3,9 @@
 `instrument()` with an invalid keyword raises (the app wrote it); a configuration error found in
 the environment is logged at ERROR naming the variable and field, and the plugin runs fail-closed:
 nothing repeats, spans still record. `_instrument()` never raises for the environment, so the
-auto-instrumentation loader goes on to load the instrumentors after this one.
+auto-instrumentation loader goes on to load the instrumentors after this one. Under a configuration
+file (config_file.py) it is instrumented once, with the file's options: opentelemetry-instrument's
+loop, which instruments it again with none, finds it done and passes quietly.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.metrics import Counter, get_meter
-from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import get_tracer, get_tracer_provider
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import configuration_of
+from otel_mcp_replay.config_file import OTEL_CONFIG_FILE, FileOptions
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
@@ -46,6 +48,9 @@ _logger = logging.getLogger(__name__)
 # Loaded by `opentelemetry-instrument` (its sitecustomize) and by `auto_instrumentation.initialize()`:
 # the global provider is then whatever configurator ran, never one the app built in code.
 _AUTO_INSTRUMENTATION = "opentelemetry.instrumentation.auto_instrumentation"
+# The keywords opentelemetry-instrument's loop passes to every instrumentor: a call with no others
+# asks for the instrumentation a configuration file already made.
+_LOADER_KEYWORDS = frozenset(("skip_dep_check", "raise_exception_on_conflict"))
 
 
 def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -176,8 +181,13 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     Keyword arguments of `instrument()`: `tracer_provider`, `meter_provider`, and the settings
     `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`,
     `repeat_guard_s`, `repeat_guard_store`, `repeat_guard_secret`, `repeat_guard_store_timeout_ms`,
-    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
+    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable, and the redaction's
+    `redact_keys`, `redact_values` (lists of RE2 patterns) and `redact_content`, which set the rules
+    of the redaction wrappers the plugin builds (`redacting`).
     """
+
+    # The hook opentelemetry-configuration coerces the file's `mcp_replay` section through.
+    configuration = FileOptions
 
     _wrapped: list[tuple[str, str]] = []
     # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
@@ -196,6 +206,10 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # The refused-records counter on the global meter provider's meter, for a redaction wrapper
     # that refuses a record while nothing is instrumented (made on first use).
     _refused_uninstrumented: Counter | None = None
+    # The redaction rules in force for the wrappers this instrumentor built (made on first use), and
+    # those wrappers, told the rules each instrument() sets.
+    _redaction_rules: RedactionRules | None = None
+    _redacting: weakref.WeakSet[Any] | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -234,20 +248,52 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._refused_uninstrumented.add(1)
 
-    def redacting(self, exporter: SpanExporter, rules: RedactionRules | None = None) -> RedactingSpanExporter:
-        """`exporter` behind redaction (`rules`; None: the environment's), as the configurators' are:
-        the records this process's calls file vouched for, its task ids masked, a refused record
-        counted (`count_refused`)."""
-        return RedactingSpanExporter(
-            exporter,
-            RedactionRules.from_env_or_builtin() if rules is None else rules,
+    @property
+    def redaction_rules(self) -> RedactionRules:
+        """The rules the plugin's redaction wrappers apply: the last instrument() set them; before,
+        the environment's (never raising), or under a configuration file the built-in ones."""
+        if self._redaction_rules is None:
+            under_file = bool(os.environ.get(OTEL_CONFIG_FILE, "").strip())
+            self._redaction_rules = RedactionRules() if under_file else RedactionRules.from_env_or_builtin()
+        return self._redaction_rules
+
+    def redacting(self, wrapper: Callable[..., Any], inner: Any) -> Any:
+        """`wrapper(inner, rules, vouches=, task_ids=, on_refused=)` with this instrumentor's: the
+        rules in force (and those a later instrument() sets), its vouches, task ids and count."""
+        made = wrapper(
+            inner,
+            self.redaction_rules,
             vouches=self.vouches,
             task_ids=self.task_ids,
             on_refused=self.count_refused,
         )
+        if self._redacting is None:
+            self._redacting = weakref.WeakSet()
+        self._redacting.add(made)
+        return made
+
+    def instrument(self, **kwargs: Any) -> Any:
+        if (
+            self.is_instrumented_by_opentelemetry
+            and not set(kwargs) - _LOADER_KEYWORDS
+            and os.environ.get(OTEL_CONFIG_FILE, "").strip()
+        ):
+            _logger.debug("otel-mcp-replay: instrumented from %s already", OTEL_CONFIG_FILE)
+            return None
+        return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
+        if configuration.redaction is not None:
+            self._redaction_rules = rules = RedactionRules.of(configuration.redaction)
+            for wrapper in list(self._redacting or ()):
+                wrapper.rules = rules  # one attribute: the export thread reads the old or the new
+        if not configuration.enabled:
+            _logger.info(
+                "otel-mcp-replay: disabled by %s (enabled: false); mcp left untouched", OTEL_CONFIG_FILE
+            )
+            self._wrapped = []
+            return
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
         instruments = Instruments.on(meter)
@@ -266,9 +312,11 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if self._told_unredacted is None:
             self._told_unredacted = weakref.WeakSet()
         if kwargs.get("tracer_provider") is None and _AUTO_INSTRUMENTATION in sys.modules:
-            # Whichever configurator built the provider (a distro's too): its exporters redact.
-            rules = RedactionRules.from_env_or_builtin()
-            redact_exporters(get_tracer_provider(), lambda exporter: self.redacting(exporter, rules))
+            # Whichever configurator built the provider (a distro's too): its exporters redact, with
+            # the rules in force.
+            redact_exporters(
+                get_tracer_provider(), lambda exporter: self.redacting(RedactingSpanExporter, exporter)
+            )
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
         check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []

@@ -7,7 +7,8 @@ aws-opentelemetry-distro's), each exporter its exporting processors hand spans t
 RedactingSpanExporter when the plugin is instrumented (`redact_exporters`): spans still queued are
 redacted as they leave. What cannot be put behind it (an exporter held where this cannot reach it,
 a processor of another kind), and in apps that set up tracing in code with a bare exporter, the
-plugin logs ONE WARNING naming the fix (OTEL_PYTHON_CONFIGURATOR=mcp_replay, or wrapping the
+plugin logs ONE WARNING naming the fix (OTEL_PYTHON_CONFIGURATOR=mcp_replay, or under a
+configuration file the exporter `mcp_replay_redacting` around the file's exporter, or wrapping the
 exporter) and never raises.
 
 How it sees: the exporters of SimpleSpanProcessor and BatchSpanProcessor through their public
@@ -23,6 +24,7 @@ export, or not. A provider that is not the SDK's exports nothing by itself.
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -37,6 +39,11 @@ from otel_mcp_replay.redaction.wrappers import RedactingSpanExporter, RedactingS
 _logger = logging.getLogger(__name__)
 
 FIX: Final = "OTEL_PYTHON_CONFIGURATOR=mcp_replay"
+# Under a configuration file the SDK builds the file's exporters: the fix is in the file.
+FILE_FIX: Final = (
+    "name the exporter mcp_replay_redacting around each exporter of the OTEL_CONFIG_FILE "
+    "(exporter: {mcp_replay_redacting: {otlp_http: {...}}})"
+)
 _MAX_DEPTH: Final = 8  # nested multi-processors deeper than this are not read
 
 
@@ -109,8 +116,10 @@ def check_export_path(
     if names:
         _logger.warning(
             "otel-mcp-replay: spans are exported by %s without redaction (credentials in URLs, captured "
-            "authorization headers and raw mcp-session-id values leave as they are); under "
-            "opentelemetry-instrument set %s, or wrap the exporter in RedactingSpanExporter",
+            "authorization headers and raw mcp-session-id values leave as they are); %s, or wrap the "
+            "exporter in RedactingSpanExporter",
             ", ".join(names),
-            FIX,
+            f"in the file {FILE_FIX}"
+            if os.environ.get("OTEL_CONFIG_FILE", "").strip()
+            else f"under opentelemetry-instrument set {FIX}",
         )

@@ -105,6 +105,11 @@ class RedactionRules:
         return cls._of(user_rules)
 
     @classmethod
+    def of(cls, user_rules: UserRules) -> RedactionRules:
+        """The built-in rules and `user_rules`, already checked (config.py read them)."""
+        return cls._of(user_rules)
+
+    @classmethod
     def _of(cls, user_rules: UserRules) -> RedactionRules:
         rules = cls.__new__(cls)
         rules._use(user_rules)
