@@ -70,7 +70,9 @@ class LogFiling:
         if logger is None:
             return
         severity = _SEVERITY[record[t.MAY_HAVE_RUN] is True]
-        log_record = LogRecord(
+        filed = _FiledLogRecord(
+            self.vouches,
+            record,
             timestamp=time.time_ns(),
             context=trace.set_span_in_context(span),  # the call span's trace and span ids
             severity_number=severity,
@@ -78,9 +80,7 @@ class LogFiling:
             attributes=record,
             event_name=t.RECORD_EVENT,
         )
-        logger.emit(log_record)
-        if self.vouches.active:  # the SDK stored the attributes as it built its own record of them
-            self.vouches.vouch_log(log_record.attributes, record)
+        logger.emit(filed)
 
     def _logger_now(self) -> Logger | None:
         """The logger of the global LoggerProvider when it is the SDK's (it may be set after
@@ -107,3 +107,23 @@ class LogFiling:
                 "request_attempts record stays a span event",
                 why,
             )
+
+
+class _FiledLogRecord(LogRecord):
+    """The log record of a filed record, vouched for as the SDK stores its attributes: the SDK's
+    ReadWriteLogRecord replaces them with its own bounded copy as it is made, before any processor
+    sees it, so a redaction wrapper, even one running inside `emit`, reads back a vouched record."""
+
+    def __init__(self, vouches: Vouches, built: Mapping[str, AttributeValue], **fields: Any) -> None:
+        self._vouches, self._built = vouches, built
+        super().__init__(**fields)
+
+    @property  # type: ignore[override]
+    def attributes(self) -> Any:
+        return self._stored
+
+    @attributes.setter
+    def attributes(self, stored: Any) -> None:
+        self._stored = stored
+        if stored is not self._built and self._vouches.active:  # the SDK's copy of it, read back
+            self._vouches.vouch_log(stored, self._built)
