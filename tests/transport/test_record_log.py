@@ -10,19 +10,26 @@ both say the same; in `span_event` (and for a bad value of the setting) no log r
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from opentelemetry._logs import SeverityNumber
+from tests.support.autoinstrument import SOURCE
 from tests.support.calls import declared, refused_call
 from tests.support.logs import Logs, attributes_of
 from tests.support.telemetry import Telemetry, records
 
-from harness.client import Client
-from harness.faults import DropMidBody, Throttle
+from harness.client import Client, McpError
+from harness.faults import DropMidBody, JsonRpcError, Throttle
 from harness.server import Counters, ServerHandle, build_server, running_server
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import environment_variables as ev
@@ -32,6 +39,7 @@ from otel_mcp_replay.version import __version__
 pytestmark = pytest.mark.anyio
 
 PLACES = ("span_event", "log", "both")
+CANARY = "CANARY-41c7"
 SEARCH = {"search": {"on": ["throttle"]}}
 CHARGE = {"charge": {"changes": True, "on": ["network"]}}
 MODERN = "2026-07-28"
@@ -118,7 +126,7 @@ async def test_a_bad_value_is_an_error_naming_the_variable_and_the_record_stays_
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    canary = "logs-CANARY-4242"
+    canary = f"logs-{CANARY}"
     monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_RECORD, canary)
     with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
         instrument(servers=declared(server, SEARCH))
@@ -174,3 +182,102 @@ async def test_a_multi_round_call_logs_one_record_per_round_under_its_one_span(
     assert {(log.log_record.trace_id, log.log_record.span_id) for log in logged} == {
         (span.context.trace_id, span.context.span_id)
     }
+
+
+async def test_a_hostile_servers_canaries_never_reach_a_log_record(
+    server: ServerHandle, telemetry: Telemetry, logs: Logs, instrument: Any, mode: str
+) -> None:
+    """The server's own text (a JSON-RPC error's message and data, a Retry-After it made up, its
+    headers) and the app's arguments never reach a log record: the record holds its allow-list only."""
+    instrument(servers=declared(server, SEARCH), record="both")
+    server.faults.add("search", Throttle(f"soon {CANARY}"))
+    server.faults.add("send_email", JsonRpcError(message=f"failed: token={CANARY}", data={"secret": CANARY}))
+    async with Client(server.url, mode=mode) as client:
+        with anyio.fail_after(20):
+            await client.call_tool("search", {"query": CANARY})
+            with pytest.raises(McpError):
+                await client.call_tool("send_email", {"to": CANARY, "body": CANARY})
+    assert server.counters.tool_posts("search") == 2 and server.counters.executions("search") == 1
+    assert server.counters.executions("send_email") == 0
+    logged = logs.emitted()
+    assert [attributes_of(log)[t.GEN_AI_TOOL_NAME] for log in logs.records()] == ["search", "send_email"]
+    for log in logged:
+        assert CANARY not in repr(attributes_of(log)) and CANARY not in repr(log.log_record.body)
+    assert [(r[t.GEN_AI_TOOL_NAME], r[t.VERDICT]) for r in records(telemetry)] == [
+        ("search", "completed"),
+        ("send_email", "failed"),
+    ]
+
+
+NO_PROVIDER_APP = textwrap.dedent(
+    """
+    import asyncio
+    import json
+    import logging
+    import sys
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from harness.client import Client
+    from otel_mcp_replay import McpReplayInstrumentor
+    from otel_mcp_replay import telemetry as t
+
+    said = []
+
+
+    class Kept(logging.Handler):
+        def emit(self, record):
+            said.append((record.levelname, record.getMessage()))
+
+
+    logging.getLogger("otel_mcp_replay.filing").addHandler(Kept())
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    McpReplayInstrumentor().instrument(record=sys.argv[2])
+
+
+    async def main():
+        async with Client(sys.argv[1]) as client:
+            for _ in range(3):
+                await client.call_tool("search", {"query": "q"})
+
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    events = sum(1 for span in spans for event in span.events if event.name == t.RECORD_EVENT)
+    print(json.dumps({"events": events, "said": said}))
+    """
+)
+
+
+@pytest.mark.parametrize("place", ["log", "both"])
+def test_without_an_sdk_logger_provider_the_record_stays_a_span_event_said_once(
+    tmp_path: Path, place: str
+) -> None:
+    """A process that set no LoggerProvider (the API's proxy): each of three calls keeps its record as
+    its span's event, and one WARNING, not three, says why."""
+    script = tmp_path / "app.py"
+    script.write_text(NO_PROVIDER_APP)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env["PYTHONPATH"] = os.pathsep.join((str(SOURCE.parent), str(SOURCE)))
+    with running_server() as plain:
+        done = subprocess.run(
+            [sys.executable, str(script), plain.url, place],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert plain.counters.executions("search") == 3
+    told = json.loads(done.stdout.strip().splitlines()[-1])
+    assert told["events"] == 3
+    assert [level for level, _ in told["said"]] == ["WARNING"]
+    assert "no SDK LoggerProvider" in told["said"][0][1]
