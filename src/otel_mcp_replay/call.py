@@ -379,7 +379,7 @@ class ToolCall:
                 call_round=self.round,
                 task=None if task is None else (task.hash, task.status),
             )
-            self.runtime.vouches.file(span, record)
+            self.runtime.file_record(span, record)
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)

@@ -10,8 +10,9 @@ processor from a file (only `batch` and `simple`), so an exporter that wraps ano
         otlp_http: {endpoint: http://127.0.0.1:4318/v1/traces}
 
 Its one key is the inner exporter in the file's own syntax, built by opentelemetry-configuration's
-own code for that syntax (never read again here). It loads from the entry-point group
-`opentelemetry_traces_exporter` with the file's mapping as keyword arguments.
+own code for that syntax (never read again here). It loads from the entry-point groups
+`opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` with the file's mapping as
+keyword arguments.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-from otel_mcp_replay.redaction import RedactingSpanExporter
+from otel_mcp_replay.redaction import RedactingLogRecordExporter, RedactingSpanExporter
 
 NAME = "mcp_replay_redacting"  # its name in the entry-point groups and in a file
 
@@ -34,6 +36,17 @@ def redacting_span_exporter(**inner: Any) -> SpanExporter:
     from opentelemetry.configuration.models import SpanExporter as SpanExporterModel
 
     made: SpanExporter = _redacting(RedactingSpanExporter, _create_span_exporter, SpanExporterModel, inner)
+    return made
+
+
+def redacting_log_record_exporter(**inner: Any) -> LogRecordExporter:
+    """The log record exporter `inner` names (`{otlp_http: {...}}`), behind RedactingLogRecordExporter."""
+    from opentelemetry.configuration._logger_provider import _create_log_record_exporter
+    from opentelemetry.configuration.models import LogRecordExporter as LogRecordExporterModel
+
+    made: LogRecordExporter = _redacting(
+        RedactingLogRecordExporter, _create_log_record_exporter, LogRecordExporterModel, inner
+    )
     return made
 
 

@@ -29,6 +29,7 @@ from opentelemetry.trace import Tracer
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, SpanEndpoint, origin_of, span_endpoint_of
+from otel_mcp_replay.filing import FileRecord, record_filing
 from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.http_conventions import HttpConventions
 from otel_mcp_replay.policy import RetryBudgets
@@ -129,3 +130,9 @@ class Runtime:
     # task's terminal status is seen or their session closes, which lets the session go. Weak all
     # the same: a session gone without closing is forgotten once its calls are.
     open_tasks: weakref.WeakKeyDictionary[object, Any] = field(default_factory=weakref.WeakKeyDictionary)
+
+    @functools.cached_property
+    def file_record(self) -> FileRecord:
+        """How a call files its record, as the `record` setting says (filing.py): into the vouches
+        above, so the redaction reads it back unchecked."""
+        return record_filing(self.settings.record, self.vouches)

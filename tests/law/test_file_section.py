@@ -178,3 +178,44 @@ def test_the_exporter_plugin_builds_the_inner_exporter_the_files_way() -> None:
     for wrong in ({}, {"console": None, "otlp_http": {}}):
         with pytest.raises(ConfigurationError, match="mcp_replay_redacting takes one key"):
             redacting_span_exporter(**wrong)
+
+
+def test_the_logs_exporter_plugin_redacts_with_the_rules_set_later() -> None:
+    from importlib.metadata import entry_points
+
+    from opentelemetry.configuration import ConfigurationError
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import (
+        ConsoleLogRecordExporter,
+        InMemoryLogRecordExporter,
+        SimpleLogRecordProcessor,
+    )
+
+    from otel_mcp_replay.file_exporters import redacting_log_record_exporter
+    from otel_mcp_replay.redaction import RedactingLogRecordExporter
+
+    # Both groups name the plugin, as a file names it.
+    for group in ("opentelemetry_traces_exporter", "opentelemetry_logs_exporter"):
+        assert [e.name for e in entry_points(group=group, name="mcp_replay_redacting")] == [
+            "mcp_replay_redacting"
+        ]
+    made = redacting_log_record_exporter(console=None)
+    assert isinstance(made, RedactingLogRecordExporter) and isinstance(made.inner, ConsoleLogRecordExporter)
+    with pytest.raises(ConfigurationError, match="mcp_replay_redacting takes one key"):
+        redacting_log_record_exporter()
+
+    instrumentor = McpReplayInstrumentor()
+    inner = InMemoryLogRecordExporter()
+    wrapper = instrumentor.redacting(RedactingLogRecordExporter, inner)
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(wrapper))
+    try:
+        instrumentor.instrument(tracer_provider=TracerProvider(), redact_values=[CANARY])
+        provider.get_logger("t").emit(body=f"for {CANARY}", attributes={"note": f"and {CANARY}"})
+        (exported,) = inner.get_finished_logs()
+        assert exported.log_record.body == f"for {MASK}"
+        assert dict(exported.log_record.attributes or {}) == {"note": f"and {MASK}"}
+    finally:
+        instrumentor.uninstrument()
+        instrumentor.instrument(tracer_provider=TracerProvider(), redact_keys=[], redact_values=[])
+        instrumentor.uninstrument()

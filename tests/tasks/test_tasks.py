@@ -645,3 +645,32 @@ async def test_two_calls_given_one_task_each_end_with_their_own_record(
     else:
         assert [_as_left(r) for r in found] == [LEFT] * 2
     assert _calls_counted(telemetry, "completed" if polled else "failed") == 2
+
+
+# -- the record as a log-based event --
+
+
+async def test_a_task_backed_calls_record_as_a_log_record(
+    server: ServerHandle, driver: Driver, telemetry: Telemetry, instrument: Callable[..., Any]
+) -> None:
+    """`record=log`: the call's one record, filed as its task ends, is a log record with the task's
+    keyed hash and last status, under the call span's ids; no span event, no task id raw."""
+    from tests.support.logs import Logs, attributes_of
+
+    logs = Logs()
+    declaration = {"policy": "app-authorized", "tools": {"charge": {"changes": True}}}
+    instrument(servers={server.url: declaration}, record="log")
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+    assert server.counters.executions("charge") == 1
+    assert [r for r in records(telemetry) if t.TASK in r] == []
+    (log,) = [log for log in logs.records() if t.TASK in attributes_of(log)]
+    record = attributes_of(log)
+    assert (record[t.VERDICT], record[t.EFFECT], record[t.TASK_STATUS]) == (
+        "completed",
+        "applied",
+        "completed",
+    )
+    assert str(record[t.TASK]).startswith("h:") and _first_polled_task(server) not in repr(record)
+    (span,) = [s for s in telemetry.spans() if s.context.span_id == log.log_record.span_id]
+    assert span.name == "tools/call charge" and span.context.trace_id == log.log_record.trace_id
