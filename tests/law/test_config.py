@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 from importlib.metadata import distribution, entry_points
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,28 @@ async def test_servers_from_a_config_file(
     instrument()
     await _one_throttled_call(server)
     assert the_record(telemetry)[t.ATTEMPTS_PERMISSION] == ("first", "app")
+
+
+def test_a_toml_config_file_is_read_by_the_running_pythons_parser(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The version-specific spot of src/: tomllib from Python 3.11, tomli below it (scripts/test-pythons
+    runs this on 3.10 and 3.13). Either reads the declaration, and refuses a broken file naming the
+    variable, never its text."""
+    from otel_mcp_replay import config
+
+    assert config.tomllib.__name__ == ("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    path = tmp_path / "replay.toml"
+    path.write_text('[servers."http://127.0.0.1:9/mcp"]\npolicy = "app-authorized"\n')
+    resolved = configuration_of({}, {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: str(path)})
+    assert not resolved.fail_closed
+    assert resolved.servers.declaration_for("http://127.0.0.1:9/mcp").policy == "app-authorized"
+    path.write_text(f'[servers."http://127.0.0.1:9/mcp"]\npolicy = "{CANARY}\n')
+    with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
+        resolved = configuration_of({}, {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: str(path)})
+    assert resolved.fail_closed
+    assert ev.OTEL_PYTHON_MCP_REPLAY_CONFIG in caplog.text and "not valid TOML" in caplog.text
+    assert CANARY not in caplog.text
 
 
 async def test_keywords_override_the_environment(
