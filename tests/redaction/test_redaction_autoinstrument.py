@@ -118,9 +118,9 @@ def test_the_apps_own_span_leaves_redacted_through_our_configurator_on_every_sdk
         assert {"SESSION", "PASSWORD", "CUSTOMER"} <= set(leaked(receiver.raw_bytes()))
 
 
-def _config_file(tmp_path: Path, receiver: OtlpReceiver, exporter: str) -> Path:
+def _config_file(tmp_path: Path, receiver: OtlpReceiver, exporter: str, *, enabled: bool = True) -> Path:
     """An OTEL_CONFIG_FILE exporting to `receiver` through `exporter` (`otlp_http`, or the plugin's
-    `mcp_replay_redacting` around it), with the file's own redact option."""
+    `mcp_replay_redacting` around it), with the file's own redact option (and `enabled: false`)."""
     inner = f"otlp_http: {{endpoint: {receiver.traces_endpoint}}}"
     if exporter == "mcp_replay_redacting":
         inner = f"mcp_replay_redacting: {{{inner}}}"
@@ -139,6 +139,7 @@ def _config_file(tmp_path: Path, receiver: OtlpReceiver, exporter: str) -> Path:
                   redact_values: ["CUST-[0-9]+"]
             """
         )
+        + ("" if enabled else "      enabled: false\n")
     )
     return path
 
@@ -173,15 +174,26 @@ def test_under_a_config_file_the_plugins_exporter_redacts_every_span(
 # export-path WARNING names the fix in the file's own terms.
 @needs_config_file
 @needs_httpx2_spans
-def test_a_config_file_without_the_plugins_exporter_exports_and_is_warned(
+def test_a_config_file_without_the_plugins_exporter_is_redacted_all_the_same(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
+    # The file names a plain exporter: the SDK builds it, and instrument() (under
+    # opentelemetry-instrument, whichever configurator ran) puts it behind redaction, so nothing is
+    # left to warn of. The WARNING naming mcp_replay_redacting is for an exporter out of its reach
+    # (test_redaction_export_path.py).
+    # The control: the plugin's section `enabled: false`, the same pipeline exports the canaries as
+    # they are.
+    control = _config_file(tmp_path, receiver, "otlp_http", enabled=False)
+    run_instrumented(tmp_path, target, receiver, "mcp_replay", OTEL_CONFIG_FILE=str(control))
+    assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
+    assert {"SESSION", "PASSWORD"} <= set(leaked(receiver.raw_bytes()))
+    receiver.clear()
+    target.seen.clear()
     config = _config_file(tmp_path, receiver, "otlp_http")
     stderr = run_instrumented(tmp_path, target, receiver, "mcp_replay", OTEL_CONFIG_FILE=str(config))
     assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
-    assert {"SESSION", "PASSWORD"} <= set(leaked(receiver.raw_bytes()))  # unredacted, as warned
-    warned = [line for line in stderr.splitlines() if "without redaction" in line]
-    assert len(warned) == 1 and "mcp_replay_redacting" in warned[0] and "OTLPSpanExporter" in warned[0]
+    assert leaked(receiver.raw_bytes()) == []
+    assert "without redaction" not in stderr
 
 
 # An SDK that cannot read the file (opentelemetry-configuration missing: here a package of that name

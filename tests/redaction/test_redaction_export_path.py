@@ -74,6 +74,18 @@ def test_bare_exporters_get_one_warning_naming_the_fix(caplog: pytest.LogCapture
     provider.shutdown()
 
 
+def test_under_a_configuration_file_the_warning_names_the_files_fix(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_CONFIG_FILE", "otel.yaml")
+    provider = provider_with(SimpleSpanProcessor(ConsoleSpanExporter()))
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        check_export_path(provider)
+    (warning,) = warnings_of(caplog)
+    assert "mcp_replay_redacting" in warning and "OTEL_CONFIG_FILE" in warning and FIX not in warning
+    provider.shutdown()
+
+
 def test_redacted_paths_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
     providers = [
         provider_with(RedactingSpanProcessor(BatchSpanProcessor(InMemorySpanExporter()), RedactionRules())),
