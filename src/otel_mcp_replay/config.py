@@ -310,9 +310,17 @@ def _json_of(text: object, where: str) -> object:
     return data
 
 
+# The TOML parsers' work on one dotted key grows with the square of its parts (a 200 kB key of
+# 100,000 parts exhausts memory): a line is read only when it holds at most this many dots, which
+# no declaration comes near (`[servers."https://billing.example.com/mcp".tools.search]` holds 6).
+MAX_TOML_LINE_DOTS: Final = 32
+
+
 def _toml_of(text: object, where: str) -> object:
     if not isinstance(text, str):
         type_error(where, "must be a string")
+    if any(line.count(".") > MAX_TOML_LINE_DOTS for line in text.splitlines()):
+        value_error(where, f"has a line of more than {MAX_TOML_LINE_DOTS} dots (a key of that many parts)")
     failed = False
     try:
         data: object = tomllib.loads(text)
