@@ -162,7 +162,7 @@ def test_a_chain_that_breaks_outside_its_stages_fails_the_run(tmp_path: Path) ->
 def test_a_python_the_machine_lacks_fails_its_stages_saying_so() -> None:
     # scripts/test-pythons itself, asked for a Python no machine has: each of its stages fails, named,
     # before any environment is built, and says which Python is missing; nothing is skipped.
-    done = _run(ROOT / "scripts" / "test-pythons", PYTHONS="3.99")
+    done = _run(ROOT / "scripts" / "test-pythons", PYTHONS="3.99", PYTHONS_1X="3.99")
     assert done.returncode == 1
     assert _summary(done.stdout) == [("FAIL", "Python 3.99, mcp 2.3.0"), ("FAIL", "Python 3.99, mcp 1.30.0")]
     assert done.stderr.count("no Python 3.99 on this machine") == 2
