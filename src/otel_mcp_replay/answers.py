@@ -219,9 +219,11 @@ class RequestWatch(EventWatch):
             self.listener.heard(kind)
 
     def _stream_ended(self, error: BaseException | None) -> None:
+        # Told once, and let go: the response (and so its watch) may outlive the call (mcp 1.x).
+        listener, self.listener = self.listener, None
         cut = error if isinstance(error, self._cuts) and not isinstance(error, LINE.event_refused()) else None
-        if self.listener is not None:
-            self.listener.heard(None, cut=cut)
+        if listener is not None:
+            listener.heard(None, cut=cut)
 
 
 class Tee:
