@@ -22,13 +22,16 @@ from __future__ import annotations
 import gc
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import anyio
 from mcp import Client
-from opentelemetry import trace
+from opentelemetry import _logs, trace
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -36,7 +39,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks._common import NoopExporter, Section, declared, section_main, server_process
 from benchmarks.overhead import ArmSwitch, SwitchedProcessor
-from otel_mcp_replay import McpReplayInstrumentor, RedactingSpanExporter
+from otel_mcp_replay import McpReplayInstrumentor, RedactingLogRecordExporter, RedactingSpanExporter
 
 TARGET_RATIO = 0.75  # plugin-added opcodes at most this share of the peer's (issue 23)
 CALLS = 20
@@ -45,6 +48,9 @@ SETTLE = 5
 # skeleton-both: the skeleton in the whole set-up (the peer on), the least the "both" arm could be.
 ARMS = ("plain", "peer", "plugin", "both", "floor", "skeleton", "skeleton-both")
 REDACTED = " (redaction on)"
+# Where the record goes (the `record` setting): the plugin arm again with each of the opt-in places,
+# log records exported in the calling thread (SimpleLogRecordProcessor) so their cost is counted.
+RECORD_PLACES = ("log", "both")
 OURS = "/otel_mcp_replay/"  # a frame of the plugin: its code's file is in this package
 SKELETON = "/benchmarks/_skeleton.py"  # a frame of the skeleton's own Python
 
@@ -109,6 +115,12 @@ async def _run(quick: bool) -> Section:
     tracer_provider.add_span_processor(export_path)
     trace.set_tracer_provider(tracer_provider)
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    # The global SDK LoggerProvider the `log` and `both` arms file through (the others emit nothing).
+    logs = DroppedLogs()
+    log_path = SwitchedLogProcessor(SimpleLogRecordProcessor(logs))
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(log_path)
+    _logs.set_logger_provider(logger_provider)
     counted: dict[str, Opcodes] = {}
     redacted: dict[str, Opcodes] = {}
     with server_process() as url:
@@ -120,16 +132,21 @@ async def _run(quick: bool) -> Section:
                 for arm in ARMS:
                     switch(arm)
                     counted[arm] = await opcodes_per_call(client, CALLS)
+                await count_places(client, switch, counted, log_path, SimpleLogRecordProcessor(logs))
                 vouches = McpReplayInstrumentor().vouches  # as the configurator passes them
                 export_path.inner = SimpleSpanProcessor(RedactingSpanExporter(exporter, vouches=vouches))
                 for arm in ARMS:
                     switch(arm)
                     redacted[arm] = await opcodes_per_call(client, CALLS)
+                redacting = RedactingLogRecordExporter(logs, vouches=vouches)
+                await count_places(client, switch, redacted, log_path, SimpleLogRecordProcessor(redacting))
         finally:
             switch.off()
     tracer_provider.shutdown()
     report(section, counted)
+    report_places(section, counted)
     report(section, redacted, REDACTED)
+    report_places(section, redacted, REDACTED)
     section.notes.append(
         f"{CALLS} clean calls per arm (after {SETTLE} not counted), one Client for every arm; spans "
         "to SimpleSpanProcessor(exporter that drops them), an SDK MeterProvider; declaration: "
@@ -137,6 +154,64 @@ async def _run(quick: bool) -> Section:
         "the count is exact."
     )
     return section
+
+
+async def count_places(
+    client: Client,
+    switch: ArmSwitch,
+    counted: dict[str, Opcodes],
+    log_path: SwitchedLogProcessor,
+    export: LogRecordProcessor,
+) -> None:
+    """The plugin arm with the record filed in each of RECORD_PLACES (its log records to `export`)."""
+    log_path.inner = export
+    switch.off()  # the last arm's patches (the skeleton's) too
+    for place in RECORD_PLACES:
+        placed = ArmSwitch({**switch.settings, "record": place})
+        placed("plugin")
+        try:
+            counted[f"plugin, record={place}"] = await opcodes_per_call(client, CALLS)
+        finally:
+            placed.off()
+
+
+def report_places(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> None:
+    plugin = counted["plugin"].total
+    for place in RECORD_PLACES:
+        arm = f"plugin, record={place}"
+        section.add(
+            f"opcodes per call, {arm}{suffix}; over record=span_event (the default)",
+            f"{counted[arm].total:,.0f}; {counted[arm].total - plugin:+,.0f}",
+        )
+
+
+class DroppedLogs(LogRecordExporter):
+    """Accepts and drops log records: what the SDK does to make and hand them on is the cost."""
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        return LogRecordExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class SwitchedLogProcessor(LogRecordProcessor):
+    """Hands log records to `inner`, which the benchmark swaps (with or without redaction)."""
+
+    def __init__(self, inner: LogRecordProcessor) -> None:
+        self.inner = inner
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        self.inner.on_emit(log_record)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
 
 
 def report(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> None:

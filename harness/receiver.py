@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypedDict
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -68,6 +69,19 @@ class MetricDict(TypedDict):
     points: list[dict[str, Any]]  # each: attributes plus value, or count/sum/bucket_counts
     resource: dict[str, Any]
     scope: str
+
+
+class LogDict(TypedDict):
+    trace_id: str  # "" when the log record names no trace
+    span_id: str
+    event_name: str
+    severity_number: int
+    severity_text: str
+    body: Any
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope: str
+    scope_version: str
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,27 @@ def decode_traces(body: bytes) -> list[SpanDict]:
             scope_version=scope.version,
         )
         for resource, scope, span in _scoped(request.resource_spans, "scope_spans", "spans")
+    ]
+
+
+def decode_logs(body: bytes) -> list[LogDict]:
+    """The log records of one serialized `ExportLogsServiceRequest`."""
+    request = ExportLogsServiceRequest()
+    request.ParseFromString(body)
+    return [
+        LogDict(
+            trace_id=log.trace_id.hex(),
+            span_id=log.span_id.hex(),
+            event_name=getattr(log, "event_name", ""),  # the proto's field from its 1.5 on
+            severity_number=log.severity_number,
+            severity_text=log.severity_text,
+            body=any_value(log.body),
+            attributes=attributes(log.attributes),
+            resource=resource,
+            scope=scope.name,
+            scope_version=scope.version,
+        )
+        for resource, scope, log in _scoped(request.resource_logs, "scope_logs", "log_records")
     ]
 
 
@@ -269,6 +304,18 @@ class OtlpReceiver:
     def metrics(self) -> list[MetricDict]:
         with self._cond:
             return list(self._metrics)
+
+    def logs(self) -> list[LogDict]:
+        """The log records received, decoded from the raw `/v1/logs` requests."""
+        with self._cond:
+            return self._logs()
+
+    def _logs(self) -> list[LogDict]:
+        return [log for raw in self._raw if raw.path == "/v1/logs" for log in decode_logs(raw.body)]
+
+    def wait_for_logs(self, predicate: Callable[[list[LogDict]], bool], timeout: float = 10.0) -> bool:
+        """Block until `predicate(logs)` holds or `timeout` passes; return whether it held."""
+        return self._wait(lambda: predicate(self._logs()), timeout)
 
     def raw_requests(self) -> list[RawRequest]:
         with self._cond:

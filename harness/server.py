@@ -189,13 +189,17 @@ class Counters:
 
 
 def build_server(
-    counters: Counters | None = None, name: str = "otel-mcp-replay-demo", *, era_tools: bool = False
+    counters: Counters | None = None,
+    name: str = "otel-mcp-replay-demo",
+    *,
+    era_tools: bool = False,
+    commerce_tools: bool = False,
 ) -> MCPServer:
     """The demo MCP server: search (read-only), charge (changes, deduplicates by key),
     send_email (changes), slow (sleeps) and fail (answers a tool error); with `era_tools`, also
     lookup (read-only) and transfer (changes, deduplicates by key), whose arguments are mirrored into
-    headers, and ask_then_charge (changes, asks the client first: multi-round on 2026-07-28).
-    Executions go to `counters`.
+    headers, and ask_then_charge (changes, asks the client first: multi-round on 2026-07-28); with
+    `commerce_tools`, acp_checkout and ucp_checkout (add_commerce_tools). Executions go to `counters`.
 
     Annotations are set as a real server would; the plugin must never take permission from them.
     """
@@ -255,7 +259,43 @@ def build_server(
 
     if era_tools:
         add_era_tools(server, c, executed)
+    if commerce_tools:
+        add_commerce_tools(server, c, executed)
     return server
+
+
+# Where each commerce protocol nests its idempotency key in a tool call's arguments.
+COMMERCE_KEYS: dict[str, str] = {
+    "acp_checkout": "idempotency_key",  # the Agentic Commerce Protocol: meta.idempotency_key
+    "ucp_checkout": "idempotency-key",  # the Universal Commerce Protocol: meta["idempotency-key"]
+}
+
+
+def add_commerce_tools(server: MCPServer, c: Counters, executed: Callable[[str, Context], None]) -> None:
+    """Checkouts (changes) that deduplicate by the key each commerce protocol nests in `meta`
+    (COMMERCE_KEYS): the same non-empty key there never checks out twice; any other key is not one."""
+    for tool, key_name in COMMERCE_KEYS.items():
+        _add_checkout(server, c, executed, tool, key_name)
+
+
+def _add_checkout(
+    server: MCPServer, c: Counters, executed: Callable[[str, Context], None], tool: str, key_name: str
+) -> None:
+    @server.tool(name=tool, annotations=tool_annotations(readOnlyHint=False, idempotentHint=False))
+    async def checkout(amount: int, ctx: Context, meta: dict[str, Any] | None = None) -> str:
+        """Check the cart out (changes; deduplicates by the key in `meta`)."""
+
+        def run() -> str:
+            executed(tool, ctx)
+            return f"checked out {amount}"
+
+        key = (meta or {}).get(key_name)
+        if not isinstance(key, str) or not key:
+            return run()
+        result, ran = c.run_once(f"{tool}:{key}", run)
+        if not ran:
+            c.record_deduplicated(tool)
+        return result
 
 
 def add_era_tools(server: MCPServer, c: Counters, executed: Callable[[str, Context], None]) -> None:

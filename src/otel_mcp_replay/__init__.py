@@ -14,10 +14,17 @@ if TYPE_CHECKING:
     from otel_mcp_replay.errors import RepeatRefusedError, ReplayUnavailableError, UnknownEffectError
     from otel_mcp_replay.guard import repeat_confirmed
     from otel_mcp_replay.instrumentor import McpReplayInstrumentor
-    from otel_mcp_replay.redaction import RedactingSpanExporter, RedactingSpanProcessor
+    from otel_mcp_replay.redaction import (
+        RedactingLogRecordExporter,
+        RedactingLogRecordProcessor,
+        RedactingSpanExporter,
+        RedactingSpanProcessor,
+    )
 
 __all__ = [
     "McpReplayInstrumentor",
+    "RedactingLogRecordExporter",
+    "RedactingLogRecordProcessor",
     "RedactingSpanExporter",
     "RedactingSpanProcessor",
     "RepeatRefusedError",
@@ -35,6 +42,8 @@ _WHERE = {
     "repeat_confirmed": "otel_mcp_replay.guard",
     "RedactingSpanProcessor": "otel_mcp_replay.redaction",
     "RedactingSpanExporter": "otel_mcp_replay.redaction",
+    "RedactingLogRecordProcessor": "otel_mcp_replay.redaction",
+    "RedactingLogRecordExporter": "otel_mcp_replay.redaction",
 }
 
 

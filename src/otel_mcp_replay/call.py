@@ -34,12 +34,12 @@ from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.evidence import Answer, classify
 from otel_mcp_replay.guard import CONFIRMED
-from otel_mcp_replay.ledger import RequestReplay
+from otel_mcp_replay.ledger import RequestReplay, series_effect
 from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
 from otel_mcp_replay.record import RecordRefused, call_record
 from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, TaskStatus
+from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect, TaskStatus
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -254,6 +254,15 @@ class ToolCall:
         self.ended(verdict, failure_type, may_have_run=may_have_run, request=False, ends=app_call is None)
         if app_call is not None:  # filed: its app's call ends the span with this verdict
             app_call.last, app_call.unfiled = (self, verdict), None
+            app_call.effect = series_effect(app_call.effect, self.effect)
+
+    @property
+    def effect(self) -> Effect:
+        """What is known of its effect: its request's (its ledger's); a task-backed call that ended
+        as one that may have run (its task's terminal status unseen): unknown, the task may run."""
+        if self.task is not None and self.ledger.may_have_run:
+            return "unknown"
+        return self.ledger.effect
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
@@ -318,7 +327,7 @@ class ToolCall:
             self._file(verdict, may_have_run)
             if guard and self.fingerprint is not None and self.runtime.guard is not None:
                 failed = verdict == "failed"
-                self.guard_armed = self.runtime.guard.ended(self.fingerprint, ledger.effect, failed=failed)
+                self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.effect, failed=failed)
         if request:
             code = self.server_code if failure_type is not None else None
             route, runtime = self.call_span.route, self.runtime
@@ -331,7 +340,7 @@ class ToolCall:
         if self.app_call is not None:
             self.app_call.round_ended(self, verdict, filed=filed)
             return
-        policy, effect = (self.declaration or COMPATIBILITY).policy, ledger.effect
+        policy, effect = (self.declaration or COMPATIBILITY).policy, self.effect
         outcome: dict[str, str | int | bool] = {
             t.JSONRPC_REQUEST_ID: str(ledger.id),
             t.POLICY: policy,
@@ -350,7 +359,9 @@ class ToolCall:
         ledger, task = self.ledger, self.task
         ledger.may_have_run = may_have_run
         if task is not None and self.session is not None:  # its task's polls end with it
-            self.runtime.open_tasks.get(self.session, {}).pop(task.id, None)
+            open_calls = self.runtime.open_tasks.get(self.session)  # tasks.OpenCalls
+            if open_calls is not None:
+                open_calls.discard(self)
         span = self.call_span.span
         try:
             if self.declaration is None:
@@ -358,7 +369,7 @@ class ToolCall:
             record = call_record(
                 policy=(self.declaration or COMPATIBILITY).policy,
                 sent=ledger.sent,
-                effect=ledger.effect,
+                effect=self.effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
                 endpoint=self.endpoint,
@@ -368,7 +379,7 @@ class ToolCall:
                 call_round=self.round,
                 task=None if task is None else (task.hash, task.status),
             )
-            self.runtime.vouches.file(span, record)
+            self.runtime.file_record(span, record)
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             span.add_event(t.RECORD_REFUSED_EVENT)
             self.runtime.instruments.records_refused.add(1)

@@ -2,11 +2,11 @@
 
 The rule: permission comes only from what the app declared, so a declaration is read completely or
 refused. Anything it cannot mean (an unknown field, policy, kind or adapter, a value of the wrong
-type) raises TypeError or ValueError naming the field's path and never echoing a value: not in the
-message, its args, its repr, nor a chained exception. A name the app wrote is shown in a path only
-when it is a plain name (a misspelt `chnages`, a tool `search` or `web.fetch`); anything else, which
-could be a value written where a name belongs (a URL with its credentials, `password=...`), is
-counted: `tools[3]`.
+type, a malformed JSON Pointer to the key) raises TypeError or ValueError naming the field's path
+and never echoing a value: not in the message, its args, its repr, nor a chained exception. A name
+the app wrote is shown in a path only when it is a plain name (a misspelt `chnages`, a tool `search`
+or `web.fetch`); anything else, which could be a value written where a name belongs (a URL with its
+credentials, `password=...`), is counted: `tools[3]`.
 Each value is checked once: by declaration_of for what the app wrote, by the constructors for a
 Declaration or ToolEntry built directly.
 """
@@ -76,7 +76,11 @@ def _check_adapter(value: object, path: str) -> str | None:
     return adapter
 
 
-_NOT_AN_ARGUMENT: Final = "must be a string: the name of the argument that carries the key"
+_NOT_AN_ARGUMENT: Final = (
+    "must be a string: the name of the argument that carries the key, or a JSON Pointer to it"
+)
+# RFC 6901: in a reference token, "~" is only ever the start of "~0" ("~") or "~1" ("/").
+_BAD_ESCAPE: Final = re.compile(r"~(?![01])")
 
 
 def _check_argument(value: object, path: str) -> str | None:
@@ -84,6 +88,19 @@ def _check_argument(value: object, path: str) -> str | None:
     if argument == "":
         value_error(path, "must not be empty")
     return argument
+
+
+def _key_path(argument: str | None, path: str) -> tuple[str, ...] | None:
+    """Where the key is read, as reference tokens, read once: a plain name is the top-level
+    argument's, one token; one that starts with "/" is a JSON Pointer (RFC 6901), unescaped token by
+    token ("~1" is "/", then "~0" is "~"), or refused. Linear in its length."""
+    if argument is None:
+        return None
+    if not argument.startswith("/"):
+        return (argument,)
+    if _BAD_ESCAPE.search(argument):
+        value_error(path, "is a JSON Pointer with a '~' not followed by 0 or 1 (RFC 6901)")
+    return tuple(token.replace("~1", "/").replace("~0", "~") for token in argument[1:].split("/"))
 
 
 def _check_on(value: object, path: str) -> frozenset[str]:
@@ -138,16 +155,19 @@ class Declaration:
     policy: Policy = "compatibility"
     # Not hashed: a mapping proxy cannot be. Equal declarations still hash equal by the other fields.
     tools: Mapping[str, ToolEntry] = field(default_factory=lambda: _NO_TOOLS, hash=False)
-    key_argument: str | None = None  # from {"deduplicates": {"argument": ...}}
+    key_argument: str | None = None  # from {"deduplicates": {"argument": ...}}, as written
     label: str | None = None
     adapter: str | None = None
+    # The key argument's reference tokens (a name: one), read once from it; never compared.
+    key_path: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Built directly (not through declaration_of) it is held to the same rule, and frozen.
         _check_policy(self.policy, "policy")
         _check_label(self.label, "label")
         _check_adapter(self.adapter, "adapter")
-        _check_argument(self.key_argument, "key_argument")
+        key_argument = _check_argument(self.key_argument, "key_argument")
+        object.__setattr__(self, "key_path", _key_path(key_argument, "key_argument"))
         if not isinstance(self.tools, Mapping):
             type_error("tools", "must be a mapping")
         tools: dict[str, ToolEntry] = {}
@@ -180,7 +200,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
     policy = _check_policy(given.get("policy", "compatibility"), field_path(where, "policy"))
     label = _check_label(given.get("label"), field_path(where, "label"))
     adapter = _check_adapter(given.get("adapter"), field_path(where, "adapter"))
-    key_argument = None
+    key_argument = key_path = None
     if "deduplicates" in given:
         dedup = fields_of(given["deduplicates"], field_path(where, "deduplicates"), _DEDUP_FIELDS)
         path = field_path(where, "deduplicates.argument")
@@ -189,6 +209,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
         if dedup["argument"] is None:
             type_error(path, _NOT_AN_ARGUMENT)
         key_argument = _check_argument(dedup["argument"], path)
+        key_path = _key_path(key_argument, path)
     tools: dict[str, ToolEntry] = {}
     if "tools" in given:
         path = field_path(where, "tools")
@@ -204,6 +225,7 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
         key_argument=key_argument,
         label=label,
         adapter=adapter,
+        key_path=key_path,
     )
 
 

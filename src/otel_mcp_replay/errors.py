@@ -124,6 +124,12 @@ def lost_answer() -> MCPError:
     return MCPError(*LINE.error_args(CONNECTION_CLOSED, "The response ended without the JSON-RPC answer"))
 
 
+def foreign_task_answer() -> MCPError:
+    """What a `tasks/get` answer naming another task than the one polled is: no status of this one
+    (the cause of the poller's UnknownEffectError). Never names either task."""
+    return MCPError(*LINE.error_args(INTERNAL_ERROR, "The tasks/get answer named another task"))
+
+
 # Their public names: what a span's error.type and a traceback say (`otel_mcp_replay.UnknownEffectError`).
 for _public in (UnknownEffectError, ReplayUnavailableError, RepeatRefusedError):
     _public.__module__ = "otel_mcp_replay"

@@ -3,7 +3,9 @@
 `instrument()` with an invalid keyword raises (the app wrote it); a configuration error found in
 the environment is logged at ERROR naming the variable and field, and the plugin runs fail-closed:
 nothing repeats, spans still record. `_instrument()` never raises for the environment, so the
-auto-instrumentation loader goes on to load the instrumentors after this one.
+auto-instrumentation loader goes on to load the instrumentors after this one. Under a configuration
+file (config_file.py) it is instrumented once, with the file's options: opentelemetry-instrument's
+loop, which instruments it again with none, finds it done and passes quietly.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import importlib
 import logging
 import os
+import sys
 import weakref
 from collections.abc import Callable, Collection
 from typing import Any
@@ -19,18 +22,20 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.metrics import Counter, get_meter
-from opentelemetry.trace import get_tracer
+from opentelemetry.trace import get_tracer, get_tracer_provider
 from wrapt import wrap_function_wrapper
 
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import configuration_of
+from otel_mcp_replay.config_file import OTEL_CONFIG_FILE, FileOptions
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import carrier, http_send, series, session, sse, stdio, wire
+from otel_mcp_replay.patches import aws_distro, carrier, http_send, series, session, sse, stdio, wire
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
-from otel_mcp_replay.redaction import check_export_path
+from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules, check_export_path
+from otel_mcp_replay.redaction.export_path import redact_exporters
 from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
@@ -39,6 +44,13 @@ from otel_mcp_replay.telemetry import GUARD_STORE_FAILURE, GUARD_STORE_OPERATION
 from otel_mcp_replay.version import __version__
 
 _logger = logging.getLogger(__name__)
+
+# Loaded by `opentelemetry-instrument` (its sitecustomize) and by `auto_instrumentation.initialize()`:
+# the global provider is then whatever configurator ran, never one the app built in code.
+_AUTO_INSTRUMENTATION = "opentelemetry.instrumentation.auto_instrumentation"
+# The keywords opentelemetry-instrument's loop passes to every instrumentor: a call with no others
+# asks for the instrumentation a configuration file already made.
+_LOADER_KEYWORDS = frozenset(("skip_dep_check", "raise_exception_on_conflict"))
 
 
 def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
@@ -97,6 +109,9 @@ def _line_seams(
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
         # The SDK's own client span of a tools/call the plugin owns: the call span stands in for it.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "otel_span", session.sdk_span))
+        # A session closing ends its task-backed calls still open (tasks.py).
+        exiting = functools.partial(session.session_exit, runtime)
+        seams.append(("mcp.client.session", "ClientSession.__aexit__", exiting))
     else:  # 1.x: the call is carried to the task that POSTs it
         seams.append(
             (
@@ -166,8 +181,13 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     Keyword arguments of `instrument()`: `tracer_provider`, `meter_provider`, and the settings
     `servers`, `max_attempts`, `max_wait_ms`, `retry_on_throttle`, `retry_budget`,
     `repeat_guard_s`, `repeat_guard_store`, `repeat_guard_secret`, `repeat_guard_store_timeout_ms`,
-    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable.
+    each overriding its `OTEL_PYTHON_MCP_REPLAY_*` environment variable, and the redaction's
+    `redact_keys`, `redact_values` (lists of RE2 patterns) and `redact_content`, which set the rules
+    of the redaction wrappers the plugin builds (`redacting`).
     """
+
+    # The hook opentelemetry-configuration coerces the file's `mcp_replay` section through.
+    configuration = FileOptions
 
     _wrapped: list[tuple[str, str]] = []
     # The runtime bound into the seams while instrumented (BaseInstrumentor makes one instrumentor
@@ -186,6 +206,10 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # The refused-records counter on the global meter provider's meter, for a redaction wrapper
     # that refuses a record while nothing is instrumented (made on first use).
     _refused_uninstrumented: Counter | None = None
+    # The redaction rules in force for the wrappers this instrumentor built (made on first use), and
+    # those wrappers, told the rules each instrument() sets.
+    _redaction_rules: RedactionRules | None = None
+    _redacting: weakref.WeakSet[Any] | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -224,8 +248,52 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._refused_uninstrumented = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._refused_uninstrumented.add(1)
 
+    @property
+    def redaction_rules(self) -> RedactionRules:
+        """The rules the plugin's redaction wrappers apply: the last instrument() set them; before,
+        the environment's (never raising), or under a configuration file the built-in ones."""
+        if self._redaction_rules is None:
+            under_file = bool(os.environ.get(OTEL_CONFIG_FILE, "").strip())
+            self._redaction_rules = RedactionRules() if under_file else RedactionRules.from_env_or_builtin()
+        return self._redaction_rules
+
+    def redacting(self, wrapper: Callable[..., Any], inner: Any) -> Any:
+        """`wrapper(inner, rules, vouches=, task_ids=, on_refused=)` with this instrumentor's: the
+        rules in force (and those a later instrument() sets), its vouches, task ids and count."""
+        made = wrapper(
+            inner,
+            self.redaction_rules,
+            vouches=self.vouches,
+            task_ids=self.task_ids,
+            on_refused=self.count_refused,
+        )
+        if self._redacting is None:
+            self._redacting = weakref.WeakSet()
+        self._redacting.add(made)
+        return made
+
+    def instrument(self, **kwargs: Any) -> Any:
+        if (
+            self.is_instrumented_by_opentelemetry
+            and not set(kwargs) - _LOADER_KEYWORDS
+            and os.environ.get(OTEL_CONFIG_FILE, "").strip()
+        ):
+            _logger.debug("otel-mcp-replay: instrumented from %s already", OTEL_CONFIG_FILE)
+            return None
+        return super().instrument(**kwargs)
+
     def _instrument(self, **kwargs: Any) -> None:
         configuration = configuration_of(kwargs, os.environ)  # raises only for what the keywords say
+        if configuration.redaction is not None:
+            self._redaction_rules = rules = RedactionRules.of(configuration.redaction)
+            for wrapper in list(self._redacting or ()):
+                wrapper.rules = rules  # one attribute: the export thread reads the old or the new
+        if not configuration.enabled:
+            _logger.info(
+                "otel-mcp-replay: disabled by %s (enabled: false); mcp left untouched", OTEL_CONFIG_FILE
+            )
+            self._wrapped = []
+            return
         tracer = get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=kwargs.get("tracer_provider"))
         meter = get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=kwargs.get("meter_provider"))
         instruments = Instruments.on(meter)
@@ -243,14 +311,24 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._runtime = runtime
         if self._told_unredacted is None:
             self._told_unredacted = weakref.WeakSet()
+        if kwargs.get("tracer_provider") is None and _AUTO_INSTRUMENTATION in sys.modules:
+            # Whichever configurator built the provider (a distro's too): its exporters redact, with
+            # the rules in force.
+            redact_exporters(
+                get_tracer_provider(), lambda exporter: self.redacting(RedactingSpanExporter, exporter)
+            )
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
         check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)
         self._wrapped = []
         for module, name, wrapper in _seams(runtime):
             wrap_function_wrapper(module, name, wrapper)
             self._wrapped.append((module, name))
+        if not LINE.carries_context:
+            # aws-opentelemetry-distro's MCP client span of a call's request: the call span stands in.
+            aws_distro.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        aws_distro.uninstall()
         for module, name in self._wrapped:
             owner, _, attr = name.rpartition(".")
             target: object = importlib.import_module(module)

@@ -32,7 +32,7 @@ class Target(NamedTuple):
     is made per request, and a tuple is made in C.)"""
 
     tool: str | None = None  # None: a protocol request; "": a tools/call that names no tool
-    key_carried: bool = False  # its arguments carry a non-empty str under the declared key argument
+    key_carried: bool = False  # its arguments carry a non-empty str at the declared key's path
     # A JSON-RPC batch carrying a tools/call: one permission cannot cover several calls, so it is
     # never repeated. (mcp >= 2.3 sends no batches; the protocol dropped them in 2025-06-18.)
     batch: bool = False
@@ -110,16 +110,29 @@ def _tool_target(request: object, declaration: Declaration, from_json: bool) -> 
     name = read("name")
     tool = name if type(name) is str else ""
     key_carried = False
-    if declaration.key_argument is not None:
-        arguments = read("arguments")
-        if type(arguments) is dict:
-            key = (
-                arguments.get(declaration.key_argument)
-                if from_json
-                else _get(arguments, declaration.key_argument)
-            )
-            key_carried = type(key) is str and key != ""
+    if declaration.key_path is not None:
+        key = _value_at(read("arguments"), declaration.key_path, from_json)
+        key_carried = type(key) is str and key != ""
     return Target(tool, key_carried, False, request_id, False, params)
+
+
+def _value_at(node: object, tokens: tuple[str, ...], from_json: bool) -> object:
+    """The value the reference tokens lead to from `node` (the call's arguments), else None. A
+    bounded walk, one step per token: into an object by its member's name, into an array by an
+    index RFC 6901 writes ("0", "10": no sign, no leading zero; "-", past the end, is nothing)."""
+    for token in tokens:
+        if type(node) is dict:
+            node = node.get(token) if from_json else _get(node, token)
+        elif type(node) is list and _is_index(token) and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+def _is_index(token: str) -> bool:
+    # At most 18 digits: past any array's length, and int() never reads a long run of them.
+    return 0 < len(token) <= 18 and token.isascii() and token.isdigit() and (token[0] != "0" or token == "0")
 
 
 def target_of(body: object, declaration: Declaration, *, from_json: bool = False) -> Target:

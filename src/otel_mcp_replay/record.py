@@ -351,6 +351,9 @@ def _columns(rows: Sequence[AttemptRow]) -> tuple[int, tuple[tuple[object, ...],
     return omitted, tuple(zip(*listed, strict=True)) or _NO_ROWS
 
 
+_WeakAttributes = weakref.ReferenceType[BoundedAttributes]
+
+
 class Vouches:
     """The records this library filed, as the SDK stored them.
 
@@ -358,13 +361,18 @@ class Vouches:
     in a BoundedAttributes it made immutable, it cannot change: the redaction may read it back
     without checking its cells again (a full record's 500 cells cost more than the rest of a span's
     redaction). Only the very object vouched for is trusted: the weak reference proves that the id
-    still names it. Any other record, whoever wrote it, is checked whole.
+    still names it. Any other record, whoever wrote it, is checked whole. A record filed as a log
+    record (filing.py) is vouched for too; its attributes stay writable, so it is trusted only while
+    it still holds what was filed.
     """
 
-    __slots__ = ("_by_id", "active")
+    __slots__ = ("_by_id", "_logs_by_id", "active")
 
     def __init__(self) -> None:
         self._by_id: dict[int, weakref.ReferenceType[BoundedAttributes]] = {}
+        # A log record's attributes stay writable (the SDK's ReadWriteLogRecord): each is kept with
+        # the record it must still hold when read back.
+        self._logs_by_id: dict[int, tuple[_WeakAttributes, Mapping[str, object]]] = {}
         # Vouching starts when a redaction wrapper that reads these vouches is built (`read`): with
         # no redaction in the process, nobody reads a vouch, so filing a record does not pay for one.
         self.active = False
@@ -405,5 +413,29 @@ class Vouches:
             return None
         return cast("BoundedAttributes", raw).copy()  # type: ignore[return-value]
 
+    def vouch_log(self, stored: object, built: Mapping[str, object]) -> bool:
+        """Vouch for `stored`, a log record's attributes as the SDK stored call_record's `built`
+        (filing.py, right after it emitted them), when it holds exactly `built`. A log record's
+        attributes stay writable: `log_record` reads them back only while they still hold `built`."""
+        if type(stored) is not BoundedAttributes or stored.copy() != built:
+            return False
+        key, by_id = id(stored), self._logs_by_id
+
+        def forget(_ref: _WeakAttributes) -> None:
+            by_id.pop(key, None)
+
+        by_id[key] = (weakref.ref(stored, forget), built)
+        return True
+
+    def log_record(self, raw: object) -> dict[str, AttributeValue] | None:
+        """A fresh copy of `raw`, a log record's attributes, when it is a record this library vouched
+        for and still holds what it was vouched for as, else None (a processor wrote to it since: the
+        whole check reads it)."""
+        found = self._logs_by_id.get(id(raw))
+        if found is None or found[0]() is not raw:
+            return None
+        copied = cast("BoundedAttributes", raw).copy()
+        return copied if copied == found[1] else None  # type: ignore[return-value]
+
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._by_id) + len(self._logs_by_id)

@@ -29,6 +29,7 @@ from opentelemetry.trace import Tracer
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.endpoints import NO_SERVERS, Servers, SpanEndpoint, origin_of, span_endpoint_of
+from otel_mcp_replay.filing import FileRecord, record_filing
 from otel_mcp_replay.guard import RepeatGuard
 from otel_mcp_replay.http_conventions import HttpConventions
 from otel_mcp_replay.policy import RetryBudgets
@@ -125,8 +126,13 @@ class Runtime:
     vouches: Vouches = field(default_factory=Vouches)
     # The task ids the calls saw, masked by the redaction: the instrumentor's too, as the vouches.
     task_ids: TaskIds = field(default_factory=TaskIds)
-    # The task-backed calls (tasks.py) of each session not ended yet, by task id, until their task's
-    # terminal status is seen. Weak: a session gone is forgotten.
-    open_tasks: weakref.WeakKeyDictionary[object, dict[str, Any]] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
+    # The task-backed calls (tasks.py) of each session not ended yet (`tasks.OpenCalls`), until their
+    # task's terminal status is seen or their session closes, which lets the session go. Weak all
+    # the same: a session gone without closing is forgotten once its calls are.
+    open_tasks: weakref.WeakKeyDictionary[object, Any] = field(default_factory=weakref.WeakKeyDictionary)
+
+    @functools.cached_property
+    def file_record(self) -> FileRecord:
+        """How a call files its record, as the `record` setting says (filing.py): into the vouches
+        above, so the redaction reads it back unchecked."""
+        return record_filing(self.settings.record, self.vouches)

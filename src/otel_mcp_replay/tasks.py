@@ -3,10 +3,13 @@
 The rule: a `tools/call` answered with a task (`CreateTaskResult`) is applied (the task durably
 exists) and not over. It stays open, its span with it, until a poll (`tasks/get`, whoever sends it:
 the SDK's claim resolver, fastmcp's, a task handle) shows its task's terminal status, which is its
-verdict; or until polling fails, when only that call fails, with `UnknownEffectError` carrying the
-task id; or until its caller stops waiting. A poll is a pure, idempotent read: the HTTP seam repeats
-it as the law says of one (law.permit), each attempt a `POST` span under the call's span. The task
-id is the app's, never exported: the record holds its keyed hash.
+verdict (the verdict of every call its server gave that task); or until polling fails, or answers
+with another task's status, when only that call fails, with `UnknownEffectError` carrying the task
+id; or until its caller stops waiting; or until its app leaves it: its session closing, or the bound
+on a session's open calls, ends it as one that may have run. Each ends once, with its record. A poll
+is a pure, idempotent read: the HTTP seam repeats it as the law says of one (law.permit), each
+attempt a `POST` span under the call's span. The task id is the app's, never exported: the record
+holds its keyed hash.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import CallTask, ToolCall
 from otel_mcp_replay.call_span import CallSpan
-from otel_mcp_replay.errors import UnknownEffectError
+from otel_mcp_replay.errors import UnknownEffectError, foreign_task_answer
 from otel_mcp_replay.ledger import RequestReplay
 from otel_mcp_replay.lines import LINE, http_instrumented
 from otel_mcp_replay.runtime import Runtime
 
 # The open task-backed calls one session keeps: past it, the oldest (a task handle its app never
-# drove to the end) ends as its caller stopped waiting.
+# drove to the end) ends as one its app left.
 MAX_OPEN_PER_SESSION: Final = 1024
 # error.type of a task that failed without a JSON-RPC code (the spec gives one; a server may not).
 _NO_CODE: Final = "_OTHER"
@@ -52,33 +55,98 @@ def hashed_task_id(key: bytes, task_id: str) -> str:
     return "h:" + digest[:16]
 
 
-def opened(runtime: Runtime, call: ToolCall, result: object) -> bool:
+class OpenCalls:
+    """One session's task-backed calls not ended yet, oldest first, found by the task each was given
+    (a server may give two calls one task id: each is a call of its own, ended with its own record).
+    Held by the runtime for its session only until the session closes (`session_closed`)."""
+
+    __slots__ = ("_by_task", "_oldest_first")
+
+    def __init__(self) -> None:
+        self._oldest_first: dict[ToolCall, None] = {}  # insertion-ordered: the oldest is the first
+        self._by_task: dict[str, list[ToolCall]] = {}
+
+    def add(self, call: ToolCall, task_id: str) -> ToolCall | None:
+        """`call` is open on `task_id`; returns the oldest open call when the bound is passed."""
+        self._oldest_first[call] = None
+        self._by_task.setdefault(task_id, []).append(call)
+        if len(self._oldest_first) > MAX_OPEN_PER_SESSION:
+            return next(iter(self._oldest_first))
+        return None
+
+    def of(self, task_id: str) -> list[ToolCall]:
+        """The open calls given `task_id`, oldest first (a copy: ending one changes these)."""
+        return list(self._by_task.get(task_id, ()))
+
+    def all(self) -> list[ToolCall]:
+        """Every open call, oldest first (a copy)."""
+        return list(self._oldest_first)
+
+    def discard(self, call: ToolCall) -> None:
+        """`call` ended: its task's polls are no longer its."""
+        if call not in self._oldest_first or call.task is None:
+            return
+        del self._oldest_first[call]
+        calls = self._by_task[call.task.id]
+        calls.remove(call)
+        if not calls:
+            del self._by_task[call.task.id]
+
+    def __contains__(self, call: object) -> bool:
+        return call in self._oldest_first
+
+
+def opened(runtime: Runtime, call: ToolCall, result: object) -> list[ToolCall] | None:
     """`call`'s session call returned `result`: when it is a task, the call goes on, open on its
-    session until its task ends (True); its creating request is timed now, as the MCP conventions
-    time one request."""
+    session until its task ends, and the calls the bound on open calls let go (ended, as their app
+    left them) are returned, for the repeat guard's store; None when it is no task. Its creating
+    request is timed now, as the MCP conventions time one request."""
     found = task_of(result)
     session = call.session
     if found is None or session is None:
-        return False
+        return None
     call.abandon()  # its request is over: its attempts are settled
     task_id, status = found
     runtime.task_ids.saw(task_id)  # a credential to the redaction from now on
     call.task = CallTask(task_id, hashed_task_id(runtime.session_key, task_id), status)
-    calls: dict[str, ToolCall] = runtime.open_tasks.setdefault(session, {})
-    calls[task_id] = call
-    if len(calls) > MAX_OPEN_PER_SESSION:
-        calls[next(iter(calls))].task_ended("failed")  # the oldest: its caller stopped waiting
+    calls = runtime.open_tasks.get(session)
+    if calls is None:
+        calls = runtime.open_tasks[session] = OpenCalls()
+    oldest = calls.add(call, task_id)
     app_call = call.app_call
     call.ended("completed", None, filed=False, ends=False)  # its creating request: its operation point
     if app_call is not None:  # its app's call files it if no poll of its does (AppCall.ended)
         app_call.round_ended(call, "completed", filed=False)
-    return True
+    if oldest is None:
+        return []
+    left(oldest)
+    return [oldest]
 
 
 def open_call(runtime: Runtime, session: object, task_id: str) -> ToolCall | None:
-    """The open task-backed call of `session` whose task is `task_id`, if there is one."""
+    """The open task-backed call of `session` whose task is `task_id` (the oldest, when the server
+    gave two calls that task), if there is one: its poll is sent under its span."""
     calls = runtime.open_tasks.get(session)
-    return calls.get(task_id) if calls is not None else None
+    found = calls.of(task_id) if calls is not None else ()
+    return found[0] if found else None
+
+
+def left(call: ToolCall) -> None:
+    """Its app left `call` open (its session closed, or the bound on open calls let it go) before its
+    task's terminal status was seen: it ends failed, as one that may have run (the task may still
+    run), with the last status seen."""
+    task = call.task
+    call.task_ended("failed", UnknownEffectError(call.tool, task_id=task.id if task is not None else None))
+
+
+def session_closed(runtime: Runtime, session: object) -> list[ToolCall]:
+    """`session` closed: each task-backed call still open on it ends (`left`), and the runtime lets
+    the session go. Returns the calls ended, for the repeat guard's store."""
+    calls = runtime.open_tasks.pop(session, None)
+    ended = calls.all() if calls is not None else []
+    for call in ended:
+        left(call)
+    return ended
 
 
 class TaskPoll:
@@ -109,17 +177,36 @@ CURRENT_POLL: contextvars.ContextVar[TaskPoll | None] = contextvars.ContextVar(
 
 def _still_open(call: ToolCall) -> bool:
     """`call` is open yet: no other poll of its task (a handle's `status()` beside its `result()`)
-    ended it meanwhile, nor its app's call."""
+    ended it meanwhile, nor its app's call, nor its session closing."""
     calls = call.runtime.open_tasks.get(call.session) if call.session is not None else None
-    return calls is not None and call.task is not None and calls.get(call.task.id) is call
+    return calls is not None and call in calls
 
 
-def status_seen(call: ToolCall, result: object) -> None:
-    """A poll of `call`'s task was answered with `result`: a terminal status ends the call."""
+def status_seen(call: ToolCall, result: object) -> BaseException | None:
+    """A poll of `call`'s task was answered with `result`: a terminal status ends every call open on
+    that task. An answer that names another task is not this task's status: its status could not be
+    read, and the call fails as when polling fails. Returns what the caller sees instead of `result`
+    (None: `result` itself)."""
     status = getattr(result, "status", None)
     task = call.task
     if status not in t.TASK_STATUSES or not _still_open(call) or task is None:
-        return  # no task's answer, or another's ended it: nothing more to say
+        return None  # no task's answer, or another's ended it: nothing more to say
+    named = getattr(result, "task_id", None)
+    if type(named) is str and named != task.id:  # the server's mix-up: never this task's verdict
+        error = UnknownEffectError(call.tool, task_id=task.id)  # its status could not be read
+        error.__cause__ = foreign_task_answer()
+        call.task_ended("failed", error)
+        return error
+    calls = call.runtime.open_tasks.get(call.session)
+    for each in calls.of(task.id) if calls is not None else ():
+        _task_status(each, status, result)
+    return None
+
+
+def _task_status(call: ToolCall, status: t.TaskStatus, result: object) -> None:
+    """`call`'s task was seen with `status`: the last status seen; a terminal status ends the call."""
+    task = call.task
+    assert task is not None  # an open task-backed call's
     task.status = status
     if status == "completed":
         inline = getattr(result, "result", None)

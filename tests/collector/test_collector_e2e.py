@@ -322,30 +322,47 @@ LEAKY_APP: Final = textwrap.dedent(
 )
 
 
-def run_leaky_app(work: Path, url: str, traces_endpoint: str, mode: str) -> None:
+def run_leaky_app(
+    work: Path,
+    url: str,
+    traces_endpoint: str,
+    mode: str,
+    config_file: Path | None = None,
+    configurator: str = "",
+) -> str:
+    """The leaky app, set up by environment variables (opentelemetry-distro's configurator, no
+    redaction), or by `config_file` under `configurator`; its stderr."""
     script = work / "leaky_app.py"
     script.write_text(LEAKY_APP)
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join((str(REPO / "src"), str(REPO)))
-    env.update(
-        {
-            "OTEL_PYTHON_CONFIGURATOR": "configurator",  # opentelemetry-distro's: no redaction
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces_endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "leaky-app",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": ".*",
-        }
-    )
+    env["OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST"] = ".*"
+    if config_file is not None:
+        env.update({"OTEL_CONFIG_FILE": str(config_file), "OTEL_PYTHON_CONFIGURATOR": configurator})
+    else:
+        env.update(
+            {
+                # opentelemetry-distro's configurator, and the plugin (which would put its exporter
+                # behind redaction) disabled: nothing in the app redacts, the Collector's processors
+                # are on their own.
+                "OTEL_PYTHON_CONFIGURATOR": "configurator",
+                "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "mcp_replay",
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_METRICS_EXPORTER": "none",
+                "OTEL_LOGS_EXPORTER": "none",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces_endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "leaky-app",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            }
+        )
     argv = [str(BIN / "opentelemetry-instrument"), str(BIN / "python"), str(script), url, mode]
     argv += [f"{name}={value}" for name, value in CANARIES.items()]
     done = subprocess.run(
         argv, env=env, cwd=work, capture_output=True, text=True, timeout=AGENT_GUARD_S, check=False
     )
     assert done.returncode == 0 and "app-done" in done.stdout, done.stderr[-4000:]
+    return done.stderr
 
 
 @pytest.mark.skipif(MODERN not in ERAS, reason="the installed mcp line has no 2026-07-28 era")
@@ -704,3 +721,97 @@ def test_a_plain_demo_never_looks_for_the_binaries() -> None:
     text = (REPO / "harness" / "run.py").read_text()
     top = text.split("class JaegerSink", 1)[0]
     assert "otel_stack" not in top, "harness.run imports the binaries' module only for --jaeger"
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration by file (OTEL_CONFIG_FILE): the file's exporter behind mcp_replay_redacting
+
+FILE_SERVICE: Final = "leaky-app-by-file"
+# What a configuration file's redaction stops before the Collector: URL queries, the arguments the
+# SDK mirrors into headers, captured headers. (The app's own attribute and event values are no
+# secret by their key or shape: the Collector's allow-list is what drops them.)
+BEFORE_THE_COLLECTOR: Final = ("account", "key", "authorization", "query", "api_key", "status")
+
+
+def leaky_app_file(work: Path, server_url: str, endpoints: Sequence[str]) -> Path:
+    """An OTEL_CONFIG_FILE sending every span to each of `endpoints` through mcp_replay_redacting."""
+    processors = "".join(
+        "    - simple:\n        exporter:\n          mcp_replay_redacting:\n"
+        f"            otlp_http: {{endpoint: {endpoint}}}\n"
+        for endpoint in endpoints
+    )
+    path = work / "otel-leaky.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        f"resource:\n  attributes:\n    - {{name: service.name, value: {FILE_SERVICE}}}\n"
+        f"tracer_provider:\n  processors:\n{processors}"
+        "instrumentation/development:\n  python:\n    mcp_replay:\n"
+        f'      servers:\n        "{server_url}":\n'
+        "          {policy: app-authorized, tools: {lookup: {on: [throttle]}}}\n"
+    )
+    return path
+
+
+# The app's spans leave through the file's exporter, redacted, to the Collector (and, beside it, an
+# identical exporter to a receiver that keeps the very bytes such an exporter sends); then into Jaeger.
+@pytest.mark.skipif(MODERN not in ERAS, reason="the installed mcp line has no 2026-07-28 era")
+@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
+def test_a_config_files_spans_reach_the_collector_redacted(
+    bins: o.Binaries, jaeger: o.Jaeger, tmp_path: Path, configurator: str
+) -> None:
+    pytest.importorskip("opentelemetry.configuration")
+    counters = Counters()
+    with (
+        running_server(counters=counters, server=build_server(counters, era_tools=True)) as server,
+        OtlpReceiver() as tee,
+        o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector,
+    ):
+        config = leaky_app_file(tmp_path, server.url, [collector.traces_endpoint, tee.traces_endpoint])
+        stderr = run_leaky_app(tmp_path, server.url, "", MODERN, config, configurator)
+        spans = o.wait_stored(collector, jaeger, FILE_SERVICE, ARRIVAL_GUARD_S)
+        assert tee.wait_for(lambda got: any(s["name"] == "export-report" for s in got), 30)
+        sent = tee.raw_bytes()
+        accepted = collector.metric("otelcol_receiver_accepted_spans")
+    # The Collector took what the twin exporter sent (one span each), and Jaeger holds it.
+    assert accepted == len(tee.spans()) > 0 and len(spans) == accepted
+    assert [name for name in BEFORE_THE_COLLECTOR if CANARIES[name].encode() in sent] == []
+    ids = {s["trace_id"] for s in spans}
+    answers = [jaeger.trace_v3(trace_id)[1] for trace_id in ids]
+    assert [name for name, canary in CANARIES.items() if any(canary.encode() in a for a in answers)] == []
+    # One call span per call, its one attempt under it, its record; instrumented once, no warning.
+    for tool in ("lookup", "transfer"):
+        (call,) = [s for s in spans if s["name"] == f"{t.CALL_SPAN_PREFIX} {tool}"]
+        assert [e["name"] for e in call["events"]] == [t.RECORD_EVENT]
+        attempts = [s for s in spans if s["parent_span_id"] == call["span_id"] and s["name"] == "POST"]
+        assert len(attempts) == 1 and counters.tool_posts(tool) == 1
+    assert "already instrumented" not in stderr and "without redaction" not in stderr
+
+
+# The demo's agent configured by examples/otel-config.yaml, through the Collector into Jaeger: the
+# file's declaration obeyed (counted on the servers), each call's trace whole.
+def test_the_example_file_drives_the_demo_into_jaeger(
+    bins: o.Binaries, jaeger: o.Jaeger, tmp_path: Path
+) -> None:
+    pytest.importorskip("opentelemetry.configuration")
+    from tests.support.config_files import TWICE, run_with_file
+
+    with o.running_collector(bins.otelcol, o.SINGLE, tmp_path, backends(jaeger, 100)) as collector:
+        run = run_with_file(tmp_path, "mcp_replay", traces_endpoint=collector.traces_endpoint)
+        o.wait_stored(collector, jaeger, SERVICE, ARRIVAL_GUARD_S)
+        traces = traces_in_jaeger(jaeger)
+    assert run.posts == {
+        ("billing", "search"): 2,
+        ("billing", "charge"): 2,
+        ("billing", "send_email"): 1,
+        ("catalog", "search"): 2,
+    }
+    by_tool = calls_by_tool(traces)
+    assert sorted((tool, len(found)) for tool, found in by_tool.items()) == [
+        ("charge", 1),
+        ("search", 2),
+        ("send_email", 1),
+    ]
+    for tool, posts in (("charge", 2), ("send_email", 1)):
+        assert whole_call(by_tool[tool][0], tool, posts) == [], tool
+    assert all(whole_call(spans, "search", 2) == [] for spans in by_tool["search"])
+    assert TWICE not in run.stderr

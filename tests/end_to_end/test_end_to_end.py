@@ -18,9 +18,11 @@ import hashlib
 import hmac
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -113,6 +115,15 @@ def rotel_command(http_port: int, grpc_port: int, forward_to: str, work: Path) -
     ]
 
 
+def rotel_environment() -> dict[str, str]:
+    """rotel-agent links the running Python's libpython (for its Python processors). A Python built
+    with a shared library outside the loader's own paths (pyenv's, uv's) keeps it in its LIBDIR: the
+    agent is told to look there too, as the interpreter itself does (its rpath)."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    searched = os.environ.get("LD_LIBRARY_PATH")
+    return {**os.environ, "LD_LIBRARY_PATH": f"{libdir}:{searched}" if searched else str(libdir)}
+
+
 def start_rotel(forward_to: str, work: Path) -> Collector:
     """Start rotel on two free loopback ports and wait until it accepts; a lost port race retries."""
     failures = []
@@ -121,7 +132,10 @@ def start_rotel(forward_to: str, work: Path) -> Collector:
         log = work / f"rotel-{attempt}.out"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                rotel_command(http_port, grpc_port, forward_to, work), stdout=out, stderr=subprocess.STDOUT
+                rotel_command(http_port, grpc_port, forward_to, work),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=rotel_environment(),
             )
         collector = Collector(process, http_port, log)
         deadline = time.monotonic() + START_TIMEOUT_S

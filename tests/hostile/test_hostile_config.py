@@ -115,6 +115,28 @@ def test_a_file_over_one_mib_is_refused_and_one_at_the_cap_is_read(
     assert "1 MiB" in refused({CONFIG: str(over)}, errors, CONFIG)
 
 
+def test_a_toml_key_of_many_parts_is_refused_before_the_parser_reads_it(
+    tmp_path: Path, errors: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The TOML parsers' work on one dotted key grows with the square of its parts: 100,000 parts in
+    # 200 kB (under the 1 MiB cap) would exhaust memory. Refused before any parser is asked.
+    from otel_mcp_replay import config as config_module
+
+    parsed: list[str] = []
+    real_loads = config_module.tomllib.loads
+    monkeypatch.setattr(config_module.tomllib, "loads", lambda text: parsed.append(text) or real_loads(text))
+    hostile = tmp_path / f"{CANARY}.toml"
+    hostile.write_text("[servers]\n" + "a." * 100_000 + "b = 1\n")
+    assert "more than 32 dots" in refused({CONFIG: str(hostile)}, errors, CONFIG)
+    assert parsed == []
+    # A declaration's lines, with their URLs' dots, are read as before.
+    fine = tmp_path / "servers.toml"
+    fine.write_text('[servers."http://a.b.c.d.example.com:1/mcp".tools.search]\non = ["throttle"]\n')
+    resolved = configuration_of({}, {CONFIG: str(fine)})
+    assert not resolved.fail_closed, errors()
+    assert len(parsed) == 1
+
+
 def test_a_missing_file_is_refused_without_its_path(tmp_path: Path, errors: Callable[[], str]) -> None:
     refused({CONFIG: str(tmp_path / f"{CANARY}.toml")}, errors, CONFIG)
     refused({CONFIG: f"/tmp/{CANARY}\0.json"}, errors, CONFIG)

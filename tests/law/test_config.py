@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 from importlib.metadata import distribution, entry_points
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,28 @@ async def test_servers_from_a_config_file(
     assert the_record(telemetry)[t.ATTEMPTS_PERMISSION] == ("first", "app")
 
 
+def test_a_toml_config_file_is_read_by_the_running_pythons_parser(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The version-specific spot of src/: tomllib from Python 3.11, tomli below it (scripts/test-pythons
+    runs this on 3.10 and 3.13). Either reads the declaration, and refuses a broken file naming the
+    variable, never its text."""
+    from otel_mcp_replay import config
+
+    assert config.tomllib.__name__ == ("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    path = tmp_path / "replay.toml"
+    path.write_text('[servers."http://127.0.0.1:9/mcp"]\npolicy = "app-authorized"\n')
+    resolved = configuration_of({}, {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: str(path)})
+    assert not resolved.fail_closed
+    assert resolved.servers.declaration_for("http://127.0.0.1:9/mcp").policy == "app-authorized"
+    path.write_text(f'[servers."http://127.0.0.1:9/mcp"]\npolicy = "{CANARY}\n')
+    with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
+        resolved = configuration_of({}, {ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: str(path)})
+    assert resolved.fail_closed
+    assert ev.OTEL_PYTHON_MCP_REPLAY_CONFIG in caplog.text and "not valid TOML" in caplog.text
+    assert CANARY not in caplog.text
+
+
 async def test_keywords_override_the_environment(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +152,45 @@ async def test_an_invalid_environment_value_is_logged_and_runs_fail_closed(
     assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "not-permitted"
 
 
+@pytest.mark.parametrize("where", ["environment", "config file"])
+async def test_a_malformed_key_pointer_in_the_environment_is_logged_naming_the_field_and_runs_fail_closed(
+    server: ServerHandle,
+    telemetry: Telemetry,
+    instrument: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    """`deduplicates.argument` a JSON Pointer with a '~' RFC 6901 does not write: the app runs,
+    the field is named (never the pointer), and a changing call carrying a key is not repeated."""
+    pointer = f"/meta/{CANARY}~2"
+    declaration = declared(
+        server, {"charge": {"changes": True, "on": ["throttle"]}}, deduplicates={"argument": pointer}
+    )
+    if where == "environment":
+        monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_SERVERS, json.dumps(declaration))
+        field = f"{ev.OTEL_PYTHON_MCP_REPLAY_SERVERS}[0].deduplicates.argument"
+    else:
+        path = tmp_path / "replay.toml"
+        path.write_text(f'[servers."{server.url}".deduplicates]\nargument = "{pointer}"\n')
+        monkeypatch.setenv(ev.OTEL_PYTHON_MCP_REPLAY_CONFIG, str(path))
+        field = f"{ev.OTEL_PYTHON_MCP_REPLAY_CONFIG}.servers[0].deduplicates.argument"
+    with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
+        instrument()  # never raises for the environment
+    logged = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    assert f"{field}: " in logged
+    assert CANARY not in caplog.text
+    server.faults.add("charge", Throttle("0"))
+    async with Client(server.url) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("charge", {"amount": 5, "meta": {CANARY: "k-1"}, "idempotency_key": "k-1"})
+    assert server.counters.tool_posts("charge") == 1  # the 429 was not repeated
+    record = the_record(telemetry)
+    assert record[t.SENT] == 1
+    assert (attempt_spans(telemetry)[0].attributes or {})[t.DECLINED] == "not-permitted"
+
+
 def test_servers_and_config_together_is_an_error_naming_both(caplog: pytest.LogCaptureFixture) -> None:
     environ = {ev.OTEL_PYTHON_MCP_REPLAY_SERVERS: "{}", ev.OTEL_PYTHON_MCP_REPLAY_CONFIG: "/x.toml"}
     with caplog.at_level(logging.ERROR, logger="otel_mcp_replay"):
@@ -175,6 +237,11 @@ def test_valid_environment_settings_are_read() -> None:
             "tools.charge.chnages",
             TypeError,
         ),
+        (
+            {"servers": {"http://127.0.0.1:9/mcp": {"deduplicates": {"argument": f"/meta/{CANARY}~"}}}},
+            "servers[0].deduplicates.argument",
+            ValueError,
+        ),
         ({"no_such_setting": 1}, "no_such_setting", TypeError),
     ],
 )
@@ -185,6 +252,7 @@ def test_an_invalid_keyword_raises_naming_the_field(
     with pytest.raises(error) as raised:
         instrumentor.instrument(**settings)
     assert field in str(raised.value)
+    assert CANARY not in str(raised.value)
     assert not instrumentor.is_instrumented_by_opentelemetry
 
 

@@ -129,6 +129,61 @@ def test_names_are_kept_as_plain_strings() -> None:
         ToolEntry(on=frozenset({Sly("error")}))
 
 
+# --- the key's path: a top-level name, or a JSON Pointer (RFC 6901) -----------------------------
+
+
+def key_path_of(argument: str) -> tuple[str, ...] | None:
+    return declaration_of({"deduplicates": {"argument": argument}}).key_path
+
+
+def test_a_plain_name_is_the_top_level_argument() -> None:
+    assert key_path_of("idempotency_key") == ("idempotency_key",)
+    assert key_path_of("meta/idempotency_key") == ("meta/idempotency_key",)  # no leading "/": a name
+    assert key_path_of("~") == ("~",)
+    assert COMPATIBILITY.key_path is None
+
+
+def test_a_pointer_is_read_into_its_reference_tokens() -> None:
+    assert key_path_of("/meta/idempotency_key") == ("meta", "idempotency_key")  # Agentic Commerce
+    assert key_path_of("/meta/idempotency-key") == ("meta", "idempotency-key")  # Universal Commerce
+    assert key_path_of("/a~1b/m~0n") == ("a/b", "m~n")
+    assert key_path_of("/~01") == ("~1",)  # "~0" then "1": not "/"
+    assert key_path_of("/items/0/key") == ("items", "0", "key")
+    assert key_path_of("/") == ("",)
+    assert key_path_of("/a//b/") == ("a", "", "b", "")
+    # Built directly, the same read; the path is no part of what the declaration is.
+    direct = Declaration(key_argument="/meta/idempotency_key")
+    assert direct.key_path == ("meta", "idempotency_key")
+    assert direct == declaration_of({"deduplicates": {"argument": "/meta/idempotency_key"}})
+    assert "key_path" not in repr(direct)
+
+
+def escaped(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+@settings(max_examples=300)
+@given(st.lists(st.text(alphabet=st.sampled_from("ab~/01-_ é"), max_size=6), min_size=1, max_size=5))
+def test_a_pointer_round_trips_its_tokens(tokens: list[str]) -> None:
+    """Any tokens, escaped and joined as RFC 6901 writes them, read back as themselves."""
+    assert key_path_of("".join("/" + escaped(token) for token in tokens)) == tuple(tokens)
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from("ab~/01"), max_size=12))
+def test_a_pointer_is_read_or_refused_naming_the_field_never_the_value(tail: str) -> None:
+    """A pointer whose every '~' starts '~0' or '~1' is read; any other is refused, naming the field."""
+    pointer = f"/{CANARY}/{tail}"
+    if all(tail[i + 1 : i + 2] in ("0", "1") for i, c in enumerate(tail) if c == "~"):
+        assert "/".join(map(escaped, key_path_of(pointer) or ())) == f"{CANARY}/{tail}"
+        return
+    with pytest.raises(ValueError) as caught:
+        key_path_of(pointer)
+    assert caught.value.field == "deduplicates.argument"  # type: ignore[attr-defined]
+    assert CANARY not in every_text_of(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
 def test_tool_names_are_the_server_s_own_spelling() -> None:
     declaration = declaration_of({"tools": {"Fetch.Page v2": {"on": ["network"]}}})
     assert set(declaration.tools) == {"Fetch.Page v2"}
@@ -230,6 +285,44 @@ REFUSALS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         lambda: declaration_of({"deduplicates": {"argument": None}}),
         TypeError,
         "deduplicates.argument",
+    ),
+    (
+        "a pointer with a bare '~'",
+        lambda: declaration_of({"deduplicates": {"argument": f"/meta/{CANARY}~"}}),
+        ValueError,
+        "deduplicates.argument",
+    ),
+    (
+        "a pointer with '~2'",
+        lambda: declaration_of({"deduplicates": {"argument": f"/{CANARY}~2/key"}}),
+        ValueError,
+        "deduplicates.argument",
+    ),
+    (
+        "a pointer in a server's declaration",
+        lambda: servers_of({url(): {"deduplicates": {"argument": f"/~{CANARY}"}}}),
+        ValueError,
+        "servers[0].deduplicates.argument",
+    ),
+    (
+        "a pointer in inline JSON",
+        lambda: servers_from_json(f'{{"{url()}": {{"deduplicates": {{"argument": "/~x{CANARY}"}}}}}}', "ENV"),
+        ValueError,
+        "ENV[0].deduplicates.argument",
+    ),
+    (
+        "a pointer in TOML",
+        lambda: servers_from_config_file(
+            f'[servers."{url()}".deduplicates]\nargument = "/meta/{CANARY}~"\n', ".toml", "cfg"
+        ),
+        ValueError,
+        "cfg.servers[0].deduplicates.argument",
+    ),
+    (
+        "a pointer built directly",
+        lambda: Declaration(key_argument=f"/{CANARY}/~"),
+        ValueError,
+        "key_argument",
     ),
     (
         "unknown dedup field",

@@ -183,3 +183,72 @@ def test_target_of_never_raises_and_agrees_with_the_json(body: Any) -> None:
         arguments = params.get("arguments") if isinstance(params, dict) else None
         key = arguments.get("idem") if isinstance(arguments, dict) else None
         assert target.key_carried == (isinstance(key, str) and key != "")
+
+
+# -- the key at a JSON Pointer (RFC 6901) ----------------------------------------------------------
+
+ACP = declaration_of({"deduplicates": {"argument": "/meta/idempotency_key"}})
+UCP = declaration_of({"deduplicates": {"argument": "/meta/idempotency-key"}})
+
+
+def carried(declaration: Any, **arguments: Any) -> bool:
+    body = call(**arguments)
+    carried = target_of(body, declaration).key_carried
+    # The HTTP seam's read of the same body, as its JSON decoder made it, is the same read.
+    assert target_of(json.loads(json.dumps(body)), declaration, from_json=True).key_carried == carried
+    return carried
+
+
+def test_the_commerce_protocols_keys_are_carried_where_they_nest_them() -> None:
+    assert carried(ACP, amount=5, meta={"idempotency_key": "k-1"})
+    assert carried(UCP, amount=5, meta={"idempotency-key": "k-1"})
+    assert not carried(ACP, amount=5, meta={"idempotency-key": "k-1"})  # each layout its own
+    assert not carried(UCP, amount=5, meta={"idempotency_key": "k-1"})
+    for meta in (None, "k-1", ["k-1"], {}, {"idempotency_key": ""}, {"idempotency_key": 7}):
+        assert not carried(ACP, amount=5, meta=meta), meta
+        assert not carried(ACP, amount=5, idempotency_key="k-1", other=meta)  # top level is not nested
+    assert not carried(ACP, amount=5, meta={"idempotency_key": {"idempotency_key": "k-1"}})
+
+
+def test_escapes_and_array_indices_are_read_as_rfc_6901_writes_them() -> None:
+    escapes = declaration_of({"deduplicates": {"argument": "/a~1b/m~0n"}})
+    assert carried(escapes, **{"a/b": {"m~n": "k"}})
+    assert not carried(escapes, a={"b": {"m~n": "k"}})
+    indexed = declaration_of({"deduplicates": {"argument": "/items/1/key"}})
+    assert carried(indexed, items=[{}, {"key": "k"}])
+    assert carried(indexed, items={"1": {"key": "k"}})  # an object's member named "1"
+    for items in ([{"key": "k"}], [], "xy", None):
+        assert not carried(indexed, items=items), items
+    for index in ("01", "-", "+1", "1.0", " 1", "\u0661", "9" * 19, "-1"):
+        pointer = declaration_of({"deduplicates": {"argument": f"/items/{index}"}})
+        assert not carried(pointer, items=["k"] * 12), index
+    assert carried(declaration_of({"deduplicates": {"argument": "/items/0"}}), items=["k"])
+    assert carried(declaration_of({"deduplicates": {"argument": "/items/10"}}), items=["k"] * 11)
+    assert carried(declaration_of({"deduplicates": {"argument": "/"}}), **{"": "k"})
+
+
+def test_a_nested_key_is_read_as_data_only() -> None:
+    body = call(meta=Trap(idempotency_key="k"))
+    assert not target_of(body, ACP).key_carried
+    assert not target_of(call(meta={"idempotency_key": StrSub("k")}), ACP).key_carried
+    assert not target_of(call(meta={EvilKey("idempotency_key"): "k", 3: "x"}), ACP).key_carried
+    first = declaration_of({"deduplicates": {"argument": "/meta/0"}})
+    assert not target_of(call(meta=("k",)), first).key_carried  # a tuple is no JSON array
+
+
+@settings(max_examples=300)
+@given(json_values, st.lists(st.sampled_from(("meta", "idem", "0", "1", "")), min_size=1, max_size=4))
+def test_the_walk_is_the_pointer_s_value_and_never_raises(arguments: Any, tokens: list[str]) -> None:
+    """Against a plain reading of RFC 6901 (one step per token): carried exactly when the value at the
+    pointer is a non-empty string."""
+    declaration = declaration_of({"deduplicates": {"argument": "".join("/" + t for t in tokens)}})
+    arguments = json.loads(json.dumps({"meta": arguments}))
+    expected: Any = arguments
+    for token in tokens:
+        if isinstance(expected, dict):
+            expected = expected.get(token)
+        elif isinstance(expected, list) and token.isdigit() and int(token) < len(expected):
+            expected = expected[int(token)]
+        else:
+            expected = None
+    assert carried(declaration, **arguments) == (isinstance(expected, str) and expected != "")

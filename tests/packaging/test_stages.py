@@ -98,8 +98,8 @@ def test_a_nested_script_that_breaks_outside_its_stages_fails_its_stage(tmp_path
 def test_the_test_scripts_run_their_steps_as_stages() -> None:
     # A step is a script, a linter or an environment's suite; each must be the argument of `stage`,
     # never a command of its own, which under set -e would end the run at its first failure.
-    step = re.compile(r"^\s*(\./scripts/|\.venv/bin/(ruff|mypy)|(line|otel|framework) )", re.M)
-    for name, least in (("test", 8), ("test-lines", 8)):
+    step = re.compile(r"^\s*(\./scripts/|\.venv/bin/(ruff|mypy)|(line|otel|framework|on_python) )", re.M)
+    for name, least in (("test", 8), ("test-lines", 8), ("test-pythons", 2)):
         text = (ROOT / "scripts" / name).read_text(encoding="utf-8")
         assert ". scripts/stages.sh" in text, name
         assert text.rstrip().endswith("\nfinish"), name
@@ -157,3 +157,13 @@ def test_a_chain_that_breaks_outside_its_stages_fails_the_run(tmp_path: Path) ->
     assert done.returncode == 1
     assert ("FAIL", "broken (outside its stages, exit 3)") in _summary(done.stdout)
     assert ("pass", "one") in _summary(done.stdout)
+
+
+def test_a_python_the_machine_lacks_fails_its_stages_saying_so() -> None:
+    # scripts/test-pythons itself, asked for a Python no machine has: each of its stages fails, named,
+    # before any environment is built, and says which Python is missing; nothing is skipped.
+    done = _run(ROOT / "scripts" / "test-pythons", PYTHONS="3.99")
+    assert done.returncode == 1
+    assert _summary(done.stdout) == [("FAIL", "Python 3.99, mcp 2.3.0"), ("FAIL", "Python 3.99, mcp 1.30.0")]
+    assert done.stderr.count("no Python 3.99 on this machine") == 2
+    assert not list(ROOT.glob(".venv-py-3.99-*"))

@@ -5,7 +5,9 @@ Two things hold, against the real server (harness/server.py: `lookup` and `trans
 - the values of captured `Mcp-Param-*` headers never leave the process: masked on every exported
   span whatever instrumentation captured them and however it spells the key, checked in the OTLP
   bytes an app under `opentelemetry-instrument` (header capture `.*`, the httpx2 instrumentor) sends
-  to harness/receiver.py, with a control run showing the canaries do leak without the configurator;
+  to harness/receiver.py, under the plugin's configurator and under opentelemetry-distro's (whose
+  exporter the plugin puts behind redaction when instrumented), with a control run showing the
+  canaries do leak without the plugin;
 - the SDK's own recovery from HEADER_MISMATCH (a client that has not listed the tool: re-list, resend
   once) completes for a read tool as with the plain SDK, counted on the server; for a `changes` tool
   the repeat guard refuses the resend, and its error says that the SDK resent, and what to do.
@@ -159,7 +161,12 @@ APP = textwrap.dedent(
 
 
 def run_app(
-    tmp_path: Path, server: ServerHandle, receiver: OtlpReceiver, mode: str, configurator: str
+    tmp_path: Path,
+    server: ServerHandle,
+    receiver: OtlpReceiver,
+    mode: str,
+    configurator: str,
+    **extra_env: str,
 ) -> None:
     script = tmp_path / "app.py"
     script.write_text(APP)
@@ -178,6 +185,7 @@ def run_app(
             # A standard setting: capture every request header the client sends.
             "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": ".*",
             "OTEL_PYTHON_MCP_REPLAY_SERVERS": json.dumps(declared(server)),
+            **extra_env,
         }
     )
     done = under_instrument(tmp_path, env, script, server.url, mode, ACCOUNT, KEY)
@@ -195,12 +203,15 @@ def posts_of_the_httpx2_instrumentor(receiver: OtlpReceiver) -> list[dict[str, A
     ]
 
 
+@pytest.mark.parametrize(
+    "configurator", ["mcp_replay", "configurator"]
+)  # the plugin's, opentelemetry-distro's
 @pytest.mark.parametrize("mode", ERAS)
 def test_mirrored_arguments_never_reach_the_collector_under_opentelemetry_instrument(
-    tmp_path: Path, server: ServerHandle, mode: str
+    tmp_path: Path, server: ServerHandle, mode: str, configurator: str
 ) -> None:
     with OtlpReceiver() as receiver:
-        run_app(tmp_path, server, receiver, mode, "mcp_replay")
+        run_app(tmp_path, server, receiver, mode, configurator)
         assert receiver.wait_for(
             lambda spans: any(s["name"].startswith(t.CALL_SPAN_PREFIX) for s in spans), 20
         )
@@ -231,11 +242,19 @@ def test_mirrored_arguments_never_reach_the_collector_under_opentelemetry_instru
 
 
 @needs_modern
-def test_control_without_the_configurator_the_mirrored_arguments_do_leak(
+def test_control_without_the_plugin_the_mirrored_arguments_do_leak(
     tmp_path: Path, server: ServerHandle
 ) -> None:
     with OtlpReceiver() as receiver:
-        run_app(tmp_path, server, receiver, MODERN, "configurator")  # opentelemetry-distro's own
+        # opentelemetry-distro's own configurator, and the plugin not instrumented: nothing redacts.
+        run_app(
+            tmp_path,
+            server,
+            receiver,
+            MODERN,
+            "configurator",
+            OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp_replay",
+        )
         # The other client's POST, the only one of the mirrored headers the instrumentation draws.
         assert receiver.wait_for(lambda _: len(posts_of_the_httpx2_instrumentor(receiver)) >= 2, 20)
         raw = receiver.raw_bytes()

@@ -1,10 +1,13 @@
-"""End to end: under `opentelemetry-instrument`, set up by environment variables only, no planted
-secret crosses the wire to the OTLP receiver, and the spans still arrive.
+"""End to end: under `opentelemetry-instrument`, set up by environment variables only or by a
+configuration file (OTEL_CONFIG_FILE), no planted secret crosses the wire to the OTLP receiver, and
+the spans still arrive.
 
 A real subprocess runs `opentelemetry-instrument python script.py` with the httpx2 instrumentor
 loaded (it captures the Authorization, Cookie and session headers we ask it to), exporting
-OTLP/HTTP protobuf to a receiver on 127.0.0.1 that keeps the raw bytes. The control run, with the
-distro's plain configurator, shows the same canaries do leak without ours: the check can see them.
+OTLP/HTTP protobuf to a receiver on 127.0.0.1 that keeps the raw bytes. Under the distro's plain
+configurator the plugin puts its exporter behind redaction when instrumented; the control run, that
+configurator with the plugin disabled, shows the same canaries do leak without it: the check can see
+them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tests.support.autoinstrument import (
     Target,
     http_client_spans,
     leaked,
+    needs_config_file,
     needs_httpx2_spans,
     run_instrumented,
     session_hash,
@@ -65,10 +69,13 @@ def test_every_exported_span_is_redacted_under_opentelemetry_instrument(
 
 
 @needs_httpx2_spans
-def test_control_without_our_configurator_the_canaries_do_leak(
+def test_control_without_the_plugin_the_canaries_do_leak(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
-    run_instrumented(tmp_path, target, receiver, "configurator")  # opentelemetry-distro's own
+    # opentelemetry-distro's own configurator, and the plugin not instrumented: nothing redacts.
+    run_instrumented(
+        tmp_path, target, receiver, "configurator", OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp_replay"
+    )
     assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
     assert {"TOKEN", "BEARER", "SESSION", "PASSWORD", "COOKIE", "CUSTOMER"} <= set(
         leaked(receiver.raw_bytes())
@@ -87,17 +94,22 @@ def test_a_bad_rule_in_the_environment_is_logged_and_the_built_in_rules_still_ho
     assert set(leaked(receiver.raw_bytes())) == {"CUSTOMER"}
 
 
-@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
+@pytest.mark.parametrize(
+    ("configurator", "disabled"),
+    [("mcp_replay", ""), ("configurator", ""), ("configurator", "mcp_replay")],
+    ids=["ours", "the distro's", "the distro's, the plugin disabled"],
+)
 def test_the_apps_own_span_leaves_redacted_through_our_configurator_on_every_sdk(
-    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str
+    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str, disabled: str
 ) -> None:
     """The app's own span, on any SDK this plugin supports (1.39 has no exporter factory: the
-    configurator wraps the SDK's processor name instead), with the distro's configurator as the
-    control that the same canaries do leak without ours."""
-    run_instrumented(tmp_path, target, receiver, configurator)
+    configurator wraps the SDK's processor name instead), and under the distro's configurator,
+    whose exporter the plugin puts behind redaction when instrumented; the plugin disabled is the
+    control that the same canaries do leak without it."""
+    run_instrumented(tmp_path, target, receiver, configurator, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled)
     assert receiver.wait_for(lambda spans: any(s["name"] == "app-work" for s in spans), timeout=20)
     (app,) = [span for span in receiver.spans() if span["name"] == "app-work"]
-    if configurator == "mcp_replay":
+    if not disabled:
         assert leaked(receiver.raw_bytes()) == []
         assert app["attributes"][t.MCP_SESSION_ID] == session_hash(CANARIES["SESSION"])
         assert app["attributes"]["app.db.password"] == MASK
@@ -106,16 +118,100 @@ def test_the_apps_own_span_leaves_redacted_through_our_configurator_on_every_sdk
         assert {"SESSION", "PASSWORD", "CUSTOMER"} <= set(leaked(receiver.raw_bytes()))
 
 
-def test_with_a_declarative_config_file_nothing_is_exported_rather_than_unredacted(
+def _config_file(tmp_path: Path, receiver: OtlpReceiver, exporter: str, *, enabled: bool = True) -> Path:
+    """An OTEL_CONFIG_FILE exporting to `receiver` through `exporter` (`otlp_http`, or the plugin's
+    `mcp_replay_redacting` around it), with the file's own redact option (and `enabled: false`)."""
+    inner = f"otlp_http: {{endpoint: {receiver.traces_endpoint}}}"
+    if exporter == "mcp_replay_redacting":
+        inner = f"mcp_replay_redacting: {{{inner}}}"
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            file_format: "1.0"
+            tracer_provider:
+              processors:
+                - simple:
+                    exporter: {{{inner}}}
+            instrumentation/development:
+              python:
+                mcp_replay:
+                  redact_values: ["CUST-[0-9]+"]
+            """
+        )
+        + ("" if enabled else "      enabled: false\n")
+    )
+    return path
+
+
+# Under a file the SDK builds the file's exporters whichever configurator runs (the distro's is
+# `configurator`): the plugin's exporter around the file's redacts every span, with the file's
+# redact options, and the plugin's variables (set by run_instrumented) are ignored, said once.
+@needs_config_file
+@needs_httpx2_spans
+@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"])
+def test_under_a_config_file_the_plugins_exporter_redacts_every_span(
+    tmp_path: Path, target: Target, receiver: OtlpReceiver, configurator: str
+) -> None:
+    config = _config_file(tmp_path, receiver, "mcp_replay_redacting")
+    stderr = run_instrumented(tmp_path, target, receiver, configurator, OTEL_CONFIG_FILE=str(config))
+    assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
+    assert leaked(receiver.raw_bytes()) == []
+    (app,) = [span for span in receiver.spans() if span["name"] == "app-work"]
+    assert app["attributes"]["app.db.password"] == MASK
+    assert app["attributes"]["app.note"] == f"order for {MASK}"  # the file's redact_values
+    # Hashed with this process's own key: the session-key variable is ignored under a file.
+    assert app["attributes"][t.MCP_SESSION_ID] not in (CANARIES["SESSION"], session_hash(CANARIES["SESSION"]))
+    for span in http_client_spans(receiver.spans()):
+        assert span["attributes"]["http.request.header.authorization"] == [MASK]
+    ignored = [line for line in stderr.splitlines() if "are ignored: the file's mcp_replay section" in line]
+    assert len(ignored) == 1 and ENV_REDACT_VALUES in ignored[0] and CANARIES["CUSTOMER"] not in stderr
+    assert "Attempting to instrument while already instrumented" not in stderr
+    assert "without redaction" not in stderr  # no export-path warning: every exporter is behind it
+
+
+# A file whose exporter is plain: its telemetry flows (the plugin never refuses a file), and the
+# export-path WARNING names the fix in the file's own terms.
+@needs_config_file
+@needs_httpx2_spans
+def test_a_config_file_without_the_plugins_exporter_is_redacted_all_the_same(
     tmp_path: Path, target: Target, receiver: OtlpReceiver
 ) -> None:
-    # The SDK ignores the exporter factory when OTEL_CONFIG_FILE is set: ours then configures nothing.
+    # The file names a plain exporter: the SDK builds it, and instrument() (under
+    # opentelemetry-instrument, whichever configurator ran) puts it behind redaction, so nothing is
+    # left to warn of. The WARNING naming mcp_replay_redacting is for an exporter out of its reach
+    # (test_redaction_export_path.py).
+    # The control: the plugin's section `enabled: false`, the same pipeline exports the canaries as
+    # they are.
+    control = _config_file(tmp_path, receiver, "otlp_http", enabled=False)
+    run_instrumented(tmp_path, target, receiver, "mcp_replay", OTEL_CONFIG_FILE=str(control))
+    assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
+    assert {"SESSION", "PASSWORD"} <= set(leaked(receiver.raw_bytes()))
+    receiver.clear()
+    target.seen.clear()
+    config = _config_file(tmp_path, receiver, "otlp_http")
+    stderr = run_instrumented(tmp_path, target, receiver, "mcp_replay", OTEL_CONFIG_FILE=str(config))
+    assert receiver.wait_for(lambda spans: len(http_client_spans(spans)) >= 2, timeout=20)
+    assert leaked(receiver.raw_bytes()) == []
+    assert "without redaction" not in stderr
+
+
+# An SDK that cannot read the file (opentelemetry-configuration missing: here a package of that name
+# that fails to import, first on the path): one ERROR naming the extra, nothing exported, the app runs.
+def test_without_the_configuration_package_one_error_names_the_extra(
+    tmp_path: Path, target: Target, receiver: OtlpReceiver
+) -> None:
+    missing = tmp_path / "missing" / "opentelemetry" / "configuration"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text("raise ImportError('not installed')\n")
+    config = _config_file(tmp_path, receiver, "mcp_replay_redacting")
     stderr = run_instrumented(
-        tmp_path, target, receiver, "mcp_replay", OTEL_CONFIG_FILE=str(tmp_path / "x.yaml")
+        tmp_path, target, receiver, "mcp_replay", path=[tmp_path / "missing"], OTEL_CONFIG_FILE=str(config)
     )
-    assert (
-        "OTEL_PYTHON_CONFIGURATOR=mcp_replay cannot redact exporters declared by OTEL_CONFIG_FILE" in stderr
-    )
+    named = [line for line in stderr.splitlines() if "pip install 'otel-mcp-replay[config-file]'" in line]
+    # The configurator's ERROR (nothing configured), then the plugin's fail-closed (a WARNING).
+    assert len(named) == 2 and all("OTEL_CONFIG_FILE" in line for line in named)
+    assert "no telemetry SDK configured" in named[0] and "fail-closed" in named[1]
     assert receiver.raw_requests() == []  # the app has exited: whatever it would export was sent by now
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import importlib.util
 import json
 import os
 import subprocess
@@ -173,6 +174,14 @@ def run_instrumented(
 needs_httpx2_spans = pytest.mark.skipif(
     Version(version("opentelemetry-instrumentation-httpx")) < Version("0.65b0"),
     reason="the httpx2 instrumentor comes with opentelemetry-instrumentation-httpx 0.65b0",
+)
+
+
+# Configuration by file needs opentelemetry-configuration (the extra `[config-file]`), which the
+# main environment has and the per-line and per-release environments do not.
+needs_config_file = pytest.mark.skipif(
+    importlib.util.find_spec("opentelemetry.configuration") is None,
+    reason="configuration by file needs opentelemetry-configuration (the [config-file] extra)",
 )
 
 

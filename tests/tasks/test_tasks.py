@@ -10,7 +10,9 @@ ended; the polls' attempts are `POST` spans under the call span. Runs in its own
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -33,12 +35,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from pydantic_ai.mcp import MCPToolset
-from tests.support.task_server import running_task_server
-from tests.support.telemetry import OLD_HTTP_STATUS, Telemetry, records
+from tests.support.task_server import TaskMisnaming, running_task_server
+from tests.support.telemetry import OLD_HTTP_STATUS, Telemetry, is_attempt, records
 
 from harness.faults import DropAfterExecution, DropBeforeExecution, Throttle
 from harness.server import ServerHandle
-from otel_mcp_replay import RedactingSpanExporter, RepeatRefusedError, UnknownEffectError
+from otel_mcp_replay import RedactingSpanExporter, RepeatRefusedError, UnknownEffectError, tasks
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
@@ -117,8 +119,15 @@ def driver(request: pytest.FixtureRequest) -> Driver:
 
 
 @pytest.fixture
-def server() -> Iterator[ServerHandle]:
-    with running_task_server() as handle:
+def misnaming() -> TaskMisnaming:
+    """The task server's misnaming of tasks, which a test steers (served only to tests that ask)."""
+    return TaskMisnaming()
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
+    wanted = "misnaming" in request.fixturenames
+    with running_task_server(request.getfixturevalue("misnaming") if wanted else None) as handle:
         yield handle
 
 
@@ -200,9 +209,13 @@ def _tasks_gets(server: ServerHandle) -> int:
 
 
 def _task_record(telemetry: Telemetry, tool: str = "charge") -> dict[str, Any]:
-    found = [r for r in records(telemetry) if r[t.GEN_AI_TOOL_NAME] == tool and t.TASK in r]
+    found = _task_records(telemetry, tool)
     assert len(found) == 1, found
     return found[0]
+
+
+def _task_records(telemetry: Telemetry, tool: str = "charge") -> list[dict[str, Any]]:
+    return [r for r in records(telemetry) if r[t.GEN_AI_TOOL_NAME] == tool and t.TASK in r]
 
 
 def tree(telemetry: Telemetry) -> str:
@@ -351,6 +364,7 @@ async def test_polls_cut_past_the_attempts_then_the_apps_recall(
     assert server.counters.executions("charge") == 1
     record = _task_record(telemetry)
     assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
+    assert record[t.EFFECT] == "unknown"  # its task may still run
     _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
@@ -521,3 +535,142 @@ async def test_task_ids_never_leave_raw(
     task_id = _first_polled_task(server)
     assert task_id not in _exported(telemetry)
     assert str(_task_record(telemetry)[t.TASK]).startswith("h:")
+
+
+# -- every task-backed call ends, once, with its record, however its app leaves it --
+
+# The issue's count: calls answered with a task, taken as handles, never polled, then the client closed.
+ABANDONED = 300
+# What a call its app left says: it may have run (its task may still be running), as last seen.
+LEFT = ("failed", "unknown", True, "working")
+
+
+def _as_left(record: dict[str, Any]) -> tuple[object, ...]:
+    return (record[t.VERDICT], record[t.EFFECT], record[t.MAY_HAVE_RUN], record[t.TASK_STATUS])
+
+
+def _calls_counted(telemetry: Telemetry, verdict: str) -> float:
+    points = telemetry.metrics().get(t.METRIC_CALLS, [])
+    return sum(n for a, n in points if a[t.GEN_AI_TOOL_NAME] == "charge" and a[t.VERDICT] == verdict)
+
+
+async def test_abandoned_handles_end_as_their_session_closes(
+    instrumented: ServerHandle, telemetry: Telemetry
+) -> None:
+    """300 calls answered with a task, taken as handles and never polled, then the client closed:
+    each ends then, once: its call span, its record (it may have run), its point of the calls metric;
+    every attempt's parent is in the trace; and nothing holds the closed session."""
+    server = instrumented
+    async with fastmcp.Client(server.url) as client:
+        handles = [await call_tool_task(client, "charge", {"amount": n}) for n in range(ABANDONED)]
+        session = weakref.ref(client.session)
+        assert not _task_records(telemetry)  # open: their tasks have not ended, their session lives
+    assert len({h.task_id for h in handles}) == ABANDONED
+    assert server.counters.wait_until(lambda c: c.executions("charge") == ABANDONED, 120)
+    found = _task_records(telemetry)
+    assert len(found) == ABANDONED and all(_as_left(r) == LEFT for r in found)
+    spans = telemetry.spans()
+    call_spans = [
+        s for s in spans if s.name == "tools/call charge" and any(e.name == t.RECORD_EVENT for e in s.events)
+    ]
+    assert len(call_spans) == ABANDONED
+    assert all((s.attributes or {})[t.ERROR_TYPE] == "otel_mcp_replay.UnknownEffectError" for s in call_spans)
+    known = {s.context.span_id for s in spans if s.context is not None}
+    posts = [s for s in spans if is_attempt(s)]
+    assert len(posts) == ABANDONED and all(p.parent is not None and p.parent.span_id in known for p in posts)
+    assert _calls_counted(telemetry, "failed") == ABANDONED
+    del handles, client
+    gc.collect()
+    assert session() is None, "the closed session is held"
+
+
+async def test_the_bound_on_open_calls_ends_the_oldest(
+    instrumented: ServerHandle, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound on a session's open calls, the oldest ends at once, filed as its app left it,
+    never dropped; the others end as the session closes."""
+    server = instrumented
+    monkeypatch.setattr(tasks, "MAX_OPEN_PER_SESSION", 2)
+    async with fastmcp.Client(server.url) as client:
+        for n in range(3):
+            await call_tool_task(client, "charge", {"amount": n})
+        assert [_as_left(r) for r in _task_records(telemetry)] == [LEFT]
+    assert [_as_left(r) for r in _task_records(telemetry)] == [LEFT] * 3
+    assert server.counters.wait_until(lambda c: c.executions("charge") == 3, 10)
+    assert _calls_counted(telemetry, "failed") == 3
+
+
+async def test_an_answer_naming_another_task_settles_nothing(
+    misnaming: TaskMisnaming, instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
+) -> None:
+    """Every poll of the charge's task answered as a poll of another task, which ended failed: the
+    call is not settled by it and its caller never gets that task's result: its status could not be
+    read (UnknownEffectError with its own task id), as when polling fails."""
+    server = instrumented
+    async with driver(server.url) as (call, _):
+        with pytest.raises(Exception):  # noqa: B017 (each client raises its own kind)
+            await call("declined", {})
+        misnaming.polled_as = misnaming.created[0]  # the declined task's
+        with pytest.raises(BaseException) as raised:
+            await call(*CHARGE)
+    error = _unknown_effect(raised.value)
+    assert error.task_id == misnaming.created[1]
+    assert "declined by the bank" not in repr(raised.value)
+    assert server.counters.wait_until(lambda c: c.executions("charge") == 1, 10)  # its task runs on
+    assert _as_left(_task_record(telemetry)) == LEFT
+    _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
+    assert _task_record(telemetry, "declined")[t.TASK_STATUS] == "failed"
+
+
+@pytest.mark.parametrize("polled", [True, False], ids=["polled", "left"])
+async def test_two_calls_given_one_task_each_end_with_their_own_record(
+    misnaming: TaskMisnaming, instrumented: ServerHandle, telemetry: Telemetry, polled: bool
+) -> None:
+    """The server gives a second call the first one's task id: both are open on it, and each ends
+    with its own record: by the task's terminal status, or as the session closes."""
+    server = instrumented
+    async with fastmcp.Client(server.url) as client:
+        first = await call_tool_task(client, "charge", {"amount": 1})
+        misnaming.reused = first.task_id
+        second = await call_tool_task(client, "charge", {"amount": 2})
+        assert second.task_id == first.task_id
+        if polled:
+            assert _text(await second.result()) == "charged 1"  # the first task's, as the server said
+    assert server.counters.wait_until(lambda c: c.executions("charge") == 2, 10)
+    found = _task_records(telemetry)
+    assert len(found) == 2 and len({r[t.JSONRPC_REQUEST_ID] for r in found}) == 2
+    assert len({r[t.TASK] for r in found}) == 1
+    if polled:
+        assert [(r[t.VERDICT], r[t.TASK_STATUS]) for r in found] == [("completed", "completed")] * 2
+    else:
+        assert [_as_left(r) for r in found] == [LEFT] * 2
+    assert _calls_counted(telemetry, "completed" if polled else "failed") == 2
+
+
+# -- the record as a log-based event --
+
+
+async def test_a_task_backed_calls_record_as_a_log_record(
+    server: ServerHandle, driver: Driver, telemetry: Telemetry, instrument: Callable[..., Any]
+) -> None:
+    """`record=log`: the call's one record, filed as its task ends, is a log record with the task's
+    keyed hash and last status, under the call span's ids; no span event, no task id raw."""
+    from tests.support.logs import Logs, attributes_of
+
+    logs = Logs()
+    declaration = {"policy": "app-authorized", "tools": {"charge": {"changes": True}}}
+    instrument(servers={server.url: declaration}, record="log")
+    async with driver(server.url) as (call, _):
+        assert await call(*CHARGE) == "charged 7"
+    assert server.counters.executions("charge") == 1
+    assert [r for r in records(telemetry) if t.TASK in r] == []
+    (log,) = [log for log in logs.records() if t.TASK in attributes_of(log)]
+    record = attributes_of(log)
+    assert (record[t.VERDICT], record[t.EFFECT], record[t.TASK_STATUS]) == (
+        "completed",
+        "applied",
+        "completed",
+    )
+    assert str(record[t.TASK]).startswith("h:") and _first_polled_task(server) not in repr(record)
+    (span,) = [s for s in telemetry.spans() if s.context.span_id == log.log_record.span_id]
+    assert span.name == "tools/call charge" and span.context.trace_id == log.log_record.trace_id

@@ -6,7 +6,8 @@ request), and when the call ends has it settled and filed. Under the app-authori
 failure that lacked an answer reaches the caller as `UnknownEffectError`; every other outcome,
 a caller's own cancellation or timeout above all, reaches the caller exactly as the SDK made it.
 A call answered with a task (SEP-2663) goes on until its task ends (tasks.py): its polls, sent
-through `ClientSession.send_request` by whichever client resolves the task, pass here under its span.
+through `ClientSession.send_request` by whichever client resolves the task, pass here under its span;
+its session closing (`ClientSession.__aexit__`) ends it if nothing else did.
 A round of a multi-round call is one `ClientSession.call_tool` of the driver's: its own request,
 law and record, under the app's call span; a round that continues one answered with
 `InputRequiredResult` is never refused as a repeat of it.
@@ -92,7 +93,8 @@ async def call_tool(
         CURRENT_CALL.reset(token)
     if app_call is not None:
         app_call.mismatched = False
-    if tasks.opened(runtime, call, result):  # a task: the call ends as its task does
+    if (left := tasks.opened(runtime, call, result)) is not None:  # a task: it ends as its task does
+        await _tell_store_of(runtime, left)  # the calls the bound on open calls ended
         return result
     call.completed(result)
     if call.guard_armed is not None:
@@ -114,6 +116,30 @@ async def _tell_store(runtime: Runtime, call: Round) -> None:
     armed = call.guard_armed
     if guard is not None and guard.shared is not None and call.fingerprint is not None and armed is not None:
         await guard.settled_shared(call.fingerprint, may_have_run=armed)
+
+
+async def _tell_store_of(runtime: Runtime, calls: list[ToolCall]) -> None:
+    """What the repeat guard remembered of each of these calls, which just ended, told to its store."""
+    for call in calls:
+        if call.guard_armed is not None:
+            await _tell_store(runtime, call)
+
+
+async def session_exit(
+    runtime: Runtime,
+    wrapped: Callable[..., Awaitable[Any]],
+    instance: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`ClientSession.__aexit__` (mcp 2.x): the session closed (its client's context exited, or, under
+    fastmcp's `Client`, its session task ended with its transport): each task-backed call still open
+    on it ends (tasks.session_closed), once its session's own exit is over, and the plugin lets the
+    session go."""
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        await _tell_store_of(runtime, tasks.session_closed(runtime, instance))
 
 
 async def client_call_tool(
@@ -272,9 +298,11 @@ async def _poll(
     finally:
         otel_context.detach(otel_token)
         tasks.CURRENT_POLL.reset(token)
-    tasks.status_seen(call, result)
+    seen = tasks.status_seen(call, result)
     if call.guard_armed is not None:  # its task ended: what the guard remembers, told
         await _tell_store(runtime, call)
+    if seen is not None:  # an answer that is not its task's: never handed to its caller
+        raise seen from seen.__cause__
     return result
 
 

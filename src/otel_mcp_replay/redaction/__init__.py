@@ -11,11 +11,13 @@ The layout follows the Collector's redaction processor:
 - urls.py: URL masking.   text.py: the rules on free text, with their triggers.
 - rules.py: RedactionRules, the engine, every rule in one order.
 - spans.py: the redacted copies.   wrappers.py: RedactingSpanProcessor, RedactingSpanExporter.
+- logs.py: RedactingLogRecordProcessor, RedactingLogRecordExporter: the same for log records.
 - export_path.py: check_export_path, the one WARNING when exported spans skip redaction.
 - task_ids.py: the task ids this process saw (SEP-2663), masked wherever a text holds one.
 """
 
 from otel_mcp_replay.redaction.export_path import check_export_path
+from otel_mcp_replay.redaction.logs import RedactingLogRecordExporter, RedactingLogRecordProcessor
 from otel_mcp_replay.redaction.rules import RedactionRules
 from otel_mcp_replay.redaction.text import MASK
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_url
@@ -35,6 +37,8 @@ __all__ = [
     "ENV_SESSION_KEY",
     "MASK",
     "URL_MASK",
+    "RedactingLogRecordExporter",
+    "RedactingLogRecordProcessor",
     "RedactingSpanExporter",
     "RedactingSpanProcessor",
     "RedactionRules",

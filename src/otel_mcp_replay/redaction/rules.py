@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, Final
 
@@ -102,6 +102,11 @@ class RedactionRules:
         user_rules, errors = UserRules.read(os.environ if environ is None else environ)
         for error in errors:
             _logger.error("otel-mcp-replay redaction: %s; ignored, the other rules apply", error)
+        return cls._of(user_rules)
+
+    @classmethod
+    def of(cls, user_rules: UserRules) -> RedactionRules:
+        """The built-in rules and `user_rules`, already checked (config.py read them)."""
         return cls._of(user_rules)
 
     @classmethod
@@ -212,7 +217,7 @@ class RedactionRules:
             return value
         return items
 
-    def _attributes(self, attributes: Attributes, hash_sessions: bool) -> dict[str, Any] | None:
+    def attributes(self, attributes: Attributes, hash_sessions: bool = True) -> dict[str, Any] | None:
         """A redacted copy of `attributes`, or None when no rule changed any of them."""
         copied = plain_dict(attributes)
         # The common span: every key known plain and no value a text rule could change, in one test.
@@ -235,23 +240,31 @@ class RedactionRules:
                 changed = True
         return copied if changed else None
 
+    def text(self, value: str) -> str:
+        """`value`, free text (a log record's body), through the text rules: itself when unchanged."""
+        return self._texts.apply(value)
+
     # -- events and the record -------------------------------------------------------------------
 
-    def _record(self, event: Event, vouches: Vouches | None) -> tuple[Event, int]:
+    def record(
+        self, attributes: Attributes, vouched: Callable[[object], dict[str, Any] | None] | None
+    ) -> tuple[dict[str, Any], bool] | None:
+        """The record `attributes` holds, allow-listed, a free-text value a key or text rule would
+        change replaced whole, and whether that differs from `attributes`; None: refused whole.
+        `vouched` reads back a record the plugin filed (record.Vouches), not checked again."""
         if self._record_refused:
-            return _refused(event)
-        attributes = event.attributes
+            return None
         # A record this library filed was checked at build and cannot have changed since.
-        accepted = vouches.record(attributes) if vouches is not None else None
+        accepted = vouched(attributes) if vouched is not None else None
         changed = False
         if accepted is None:
             accepted = validate_record(attributes)
             if accepted is None:
-                return _refused(event)
-            # Equal by value (identity short-cuts the columns) means the original event says the same.
+                return None
+            # Equal by value (identity short-cuts the columns) means the original says the same.
             changed = accepted != plain_dict(attributes)
         if not self._record_masked and not self._texts.may_change_any(_record_texts(accepted)):
-            return (event, 0) if not changed else (_same_record(event, accepted), 0)
+            return accepted, changed
         for key in _RECORD_TEXT_KEYS:
             value = accepted[key]
             if value == URL_MASK or type(value) is not str:
@@ -260,20 +273,21 @@ class RedactionRules:
             if key in self._record_masked or self._texts.apply(value) is not value:
                 accepted[key] = URL_MASK
                 changed = True
-        if not changed:
-            return event, 0
-        return _same_record(event, accepted), 0
+        return accepted, changed
 
     def _event(self, event: Event, hash_sessions: bool, vouches: Vouches | None) -> tuple[Event, int]:
         name = event.name
         if name == t.RECORD_EVENT:
-            return self._record(event, vouches)
+            found = self.record(event.attributes, None if vouches is None else vouches.record)
+            if found is None:
+                return _refused(event)
+            return (_same_record(event, found[0]), 0) if found[1] else (event, 0)
         if name == t.RECORD_REFUSED_EVENT:
             # Carries no values, whoever wrote it.
             if not event.attributes:
                 return event, 0
             return RedactedEvent(name, {}, event.timestamp, 0), 0
-        new = self._attributes(event.attributes, hash_sessions)
+        new = self.attributes(event.attributes, hash_sessions)
         if new is None:
             return event, 0
         return RedactedEvent(name, new, event.timestamp, getattr(event, "dropped_attributes", 0)), 0
@@ -292,7 +306,7 @@ class RedactionRules:
         as they are (hashing twice would break correlation).
         """
         hash_sessions = not isinstance(span, RedactedSpan)
-        attributes = self._attributes(span.attributes, hash_sessions)
+        attributes = self.attributes(span.attributes, hash_sessions)
         # A task id, a credential (SEP-2663), under keys of its own on a span of a task's request.
         if _of_a_task(span.attributes, self._method_headers):
             attributes = _task_id_masked(span.attributes if attributes is None else attributes) or attributes
@@ -313,7 +327,7 @@ class RedactionRules:
         original_links = span.links
         if original_links:
             for index, link in enumerate(original_links):
-                new_attributes = self._attributes(link.attributes, hash_sessions)
+                new_attributes = self.attributes(link.attributes, hash_sessions)
                 if new_attributes is not None:
                     if links is None:
                         links = list(original_links)
@@ -388,12 +402,12 @@ def _task_ids_masked(
 ) -> tuple[dict[str, Any] | None, list[Event] | None, Status]:
     """The span's redacted parts (None: unchanged) with every task id seen masked in their texts."""
     attributes = (
-        _without_task_ids(task_ids, span.attributes if attributes is None else attributes) or attributes
+        without_task_ids(task_ids, span.attributes if attributes is None else attributes) or attributes
     )
     for index, event in enumerate(span.events if events is None else events):
         if event.name == t.RECORD_EVENT:
             continue  # allow-listed: its own words, a count, a hash, a name
-        new = _without_task_ids(task_ids, event.attributes)
+        new = without_task_ids(task_ids, event.attributes)
         if new is not None:
             if events is None:
                 events = list(span.events)
@@ -405,7 +419,7 @@ def _task_ids_masked(
     return attributes, events, status
 
 
-def _without_task_ids(task_ids: TaskIds, attributes: Attributes) -> dict[str, Any] | None:
+def without_task_ids(task_ids: TaskIds, attributes: Attributes) -> dict[str, Any] | None:
     """A copy of `attributes` with every task id seen masked, or None when none holds one."""
     copied = plain_dict(attributes)
     if not task_ids.held_in(copied.values()):

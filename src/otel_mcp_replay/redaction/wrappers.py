@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import get_meter
@@ -43,19 +43,22 @@ def _process_task_ids() -> TaskIds | None:
     return found
 
 
-class _Wrapper:
-    """What both wrappers share: the rules, the vouches, the task ids, the refused-record count and
-    hook, and delegation."""
+class Wrapper:
+    """What the wrappers share (these and redaction/logs.py's): the rules, the vouches, the task ids,
+    the refused-record count and hook, and delegation. `what` names what it redacts, `_applier` how."""
+
+    what = "span"
 
     def __init__(
         self,
-        inner: SpanProcessor | SpanExporter,
-        rules: RedactionRules | None,
-        vouches: Vouches | None,
-        task_ids: TaskIds | None,
-        on_refused: Callable[[], None] | None,
+        inner: Any,
+        rules: RedactionRules | None = None,
+        *,
+        vouches: Vouches | None = None,
+        task_ids: TaskIds | None = None,
+        on_refused: Callable[[], None] | None = None,
     ) -> None:
-        self._inner = inner
+        self._inner = self.inner = inner
         # None: the environment's rules, never raising (the wrappers are built under auto-instrumentation).
         self.rules = RedactionRules.from_env_or_builtin() if rules is None else rules
         # Read now: every record filed into them from now on is vouched for.
@@ -67,23 +70,40 @@ class _Wrapper:
         self.refused_count = 0
         self._failure_logged = False
 
+    @property
+    def rules(self) -> RedactionRules:
+        """The rules applied; set anew (instrument() with a file's redact options), they apply from
+        the next span or record on."""
+        return self._rules
+
+    @rules.setter
+    def rules(self, rules: RedactionRules) -> None:
+        self._rules = rules
+        self._apply = self._applier()  # one attribute: the export thread reads the old or the new
+
+    def _applier(self) -> Callable[[Any, Vouches | None, TaskIds | None], tuple[Any, int]]:
+        return self.rules.redact
+
     def _count_on_global_meter(self) -> None:
         # Made at the first refusal: most wrappers never refuse one.
         counter = refused_records_counter(get_meter(INSTRUMENTATION_NAME))
         self._on_refused = lambda: counter.add(1)
         counter.add(1)
 
-    def _redact(self, span: ReadableSpan) -> ReadableSpan | None:
+    def _redact(self, item: Any) -> Any:
+        """`item` (a span, or a log record) redacted, or None: dropped."""
         task_ids = self._task_ids
         if task_ids is None:
             task_ids = self._task_ids = _process_task_ids()
         try:
-            redacted, refused = self.rules.redact(span, self._vouches, task_ids)
+            redacted, refused = self._apply(item, self._vouches, task_ids)
         except Exception as error:  # never export what could not be redacted
             level = logging.DEBUG if self._failure_logged else logging.ERROR
             self._failure_logged = True
             # The type only: a message could quote the very value being redacted.
-            _logger.log(level, "otel-mcp-replay redaction failed (%s); span dropped", type(error).__name__)
+            _logger.log(
+                level, "otel-mcp-replay redaction failed (%s); %s dropped", type(error).__name__, self.what
+            )
             return None
         if refused:
             self.refused_count += refused
@@ -98,10 +118,10 @@ class _Wrapper:
         self._inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
+        return bool(self._inner.force_flush(timeout_millis))
 
 
-class RedactingSpanProcessor(_Wrapper, SpanProcessor):
+class RedactingSpanProcessor(Wrapper, SpanProcessor):
     """A SpanProcessor that hands `inner` a redacted copy of each ended span.
 
     Redaction runs in `on_end`, on the thread that ends the span: behind a BatchSpanProcessor,
@@ -119,8 +139,7 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
         task_ids: TaskIds | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, vouches, task_ids, on_refused)
-        self.inner = inner
+        Wrapper.__init__(self, inner, rules, vouches=vouches, task_ids=task_ids, on_refused=on_refused)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.inner.on_start(span, parent_context=parent_context)
@@ -135,7 +154,7 @@ class RedactingSpanProcessor(_Wrapper, SpanProcessor):
             self.inner.on_end(redacted)
 
 
-class RedactingSpanExporter(_Wrapper, SpanExporter):
+class RedactingSpanExporter(Wrapper, SpanExporter):
     """A SpanExporter that hands `inner` a redacted copy of each span it is given (same arguments)."""
 
     def __init__(
@@ -147,11 +166,11 @@ class RedactingSpanExporter(_Wrapper, SpanExporter):
         task_ids: TaskIds | None = None,
         on_refused: Callable[[], None] | None = None,
     ) -> None:
-        _Wrapper.__init__(self, inner, rules, vouches, task_ids, on_refused)
-        self.inner = inner
+        Wrapper.__init__(self, inner, rules, vouches=vouches, task_ids=task_ids, on_refused=on_refused)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         redacted = [out for out in map(self._redact, spans) if out is not None]
         if not redacted and spans:
             return SpanExportResult.SUCCESS  # all dropped: nothing left to send
-        return self.inner.export(redacted)
+        result: SpanExportResult = self.inner.export(redacted)
+        return result

@@ -1,0 +1,46 @@
+# Sourced by scripts/test-lines and scripts/test-pythons. The rule it keeps: an environment of its
+# own (.venv-NAME) is built from the project's files only, and holds what `pip check` accepts.
+#
+#   build NAME EXTRA PACKAGES [FIRST]   .venv-NAME, on $PY (PYTHON, else python3)
+#   versions NAME DISTRIBUTION...       the versions .venv-NAME holds, for the log
+#   run NAME PYTEST-ARGS...             pytest in .venv-NAME
+PY=${PYTHON:-python3}
+UV=${UV:-.venv/bin/uv}
+
+# .venv-NAME with the project (its EXTRA) and PACKAGES installed, after FIRST when given (as an app
+# adds the plugin to an environment it has); `pip check` holds. An environment with FIRST is built
+# by pip, since what it proves is what pip keeps of the framework's pins; the others by uv (the test
+# extra's, as install-compat uses it), which builds one in seconds where pip takes most of a minute.
+build() {
+  local venv=".venv-$1" extra=$2 packages=$3 first=${4:-}
+  if [ -z "$first" ]; then
+    if [ ! -x "$venv/bin/python" ]; then "$UV" venv -q --seed --python "$PY" "$venv"; fi
+    # shellcheck disable=SC2086 # the list of requirements (and flags) is split on purpose
+    "$UV" pip install -q --python "$venv/bin/python" -e ".[$extra]" $packages
+    "$venv/bin/python" -m pip check >/dev/null
+    return
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    "$PY" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+  fi
+  # shellcheck disable=SC2086 # the lists of requirements (and pip flags) are split on purpose
+  if [ -n "$first" ]; then "$venv/bin/python" -m pip install -q $first; fi
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q -e ".[$extra]" $packages
+  "$venv/bin/python" -m pip check >/dev/null
+}
+
+# The versions .venv-NAME holds of the given distributions, for the log.
+versions() {
+  local venv=".venv-$1"
+  shift
+  "$venv/bin/python" -c 'import sys; from importlib.metadata import version
+print(" ".join(f"{name} {version(name)}" for name in sys.argv[1:]))' "$@"
+}
+
+run() {
+  local venv=".venv-$1"
+  shift
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@"
+}
