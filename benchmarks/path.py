@@ -32,7 +32,10 @@ before issue 44, which count a resumed coroutine as a call (each await of an exc
 through the loop into the wire): `path_with_resumptions`, `hops_with_resumptions` and
 `callbacks_with_resumptions` (issue 20's goal for those was at most 8 modules, 25 hops).
 
-Run: `python -m benchmarks.path` (prints the call path, then the figures as JSON).
+Two eras of the same call (`ERAS`): `json`, the 2026-07-28 era, whose answer is one JSON body (the
+default), and `stream`, the legacy era, whose answer is an event stream the SDK's reader reads.
+
+Run: `python -m benchmarks.path [json|stream]` (prints the call path, then the figures as JSON).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ ATTEMPT_OPENER: tuple[str, tuple[str, ...]] = ("attempt", ("open_attempt", "next
 # segment (the call is being settled, no longer attempted).
 CALL_SEAM = "patches.session"
 OUTSIDE = "(outside the plugin)"  # the caller of a call no plugin frame is below
+# The eras measured, each the client's connect mode: a JSON answer (2026-07-28), an event stream (legacy).
+ERAS = {"json": "2026-07-28", "stream": "legacy"}
 
 
 def _append_collapsed(sequence: list[str], module: str) -> None:
@@ -249,8 +254,9 @@ async def profiled_call(client: Client) -> Path:
     return path
 
 
-async def measure() -> Path:
-    """The path of one call after a warm one, on a server of its own that throttles it once."""
+async def measure(era: str = "json") -> Path:
+    """The path of one call after a warm one, on a server of its own that throttles it once, in
+    `era` (ERAS): its answer one JSON body, or an event stream."""
     from harness.faults import Throttle
     from harness.server import running_server
     from otel_mcp_replay import McpReplayInstrumentor
@@ -265,7 +271,7 @@ async def measure() -> Path:
             tracer_provider=tracer_provider, meter_provider=meter_provider, servers=servers
         )
         try:
-            async with Client(server.url) as client:
+            async with Client(server.url, mode=ERAS[era]) as client:
                 await client.call_tool("search", {"query": "warm"})  # imports and caches filled
                 server.faults.add("search", Throttle("0"))
                 path = await profiled_call(client)
@@ -277,12 +283,16 @@ async def measure() -> Path:
     return path
 
 
-def main() -> int:
-    path = anyio.run(measure)
+def main(argv: list[str]) -> int:
+    era = argv[0] if argv else "json"
+    if era not in ERAS:
+        print(f"usage: python -m benchmarks.path [{'|'.join(ERAS)}]", file=sys.stderr)
+        return 2
+    path = anyio.run(measure, era)
     print(" -> ".join(path.call_path))
     print(json.dumps(path.figures(), indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

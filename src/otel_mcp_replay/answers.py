@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from otel_mcp_replay.evidence import Answer
+from otel_mcp_replay.lines import LINE
 
 _fast_json: Callable[..., Any] | None
 try:  # the Rust JSON parser pydantic (so the mcp SDK) parses every message with: wherever mcp is
@@ -185,6 +186,44 @@ class EventWatch:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             on_end(error)
+
+
+class Listener(Protocol):
+    """Who a request's own event stream tells what it said of its answer (attempt.Attempt)."""
+
+    def heard(self, answer: Answer | None, *, cut: BaseException | None = None) -> None: ...
+
+
+def answers_request(answer_id: object, request_id: object) -> bool:
+    """An answer on a request's own event stream is that request's: by its id on mcp 1.x, whatever
+    its id on 2.x, whose transport writes the request's id into it (lines.Line)."""
+    return LINE.stream_answers_its_request or answer_id == request_id
+
+
+class RequestWatch(EventWatch):
+    """A request's own event stream (patches/wire.py): its answer and its end, told to its
+    `listener` through the listener's own method (`heard`), once the exchange that got it is over
+    and the attempt it belongs to is known (a re-send of the client's is an attempt of its own).
+    Its end is told as a cut only when the client's error (`cuts`, its TransportError) says so: the
+    SDK's reader refusing the stream (its size cap, lines.Line.event_refused) is no cut."""
+
+    __slots__ = ("_cuts", "_request_id", "listener")
+
+    def __init__(self, request_id: object, cuts: type[BaseException]) -> None:
+        super().__init__(self._answered, self._stream_ended)
+        self._request_id, self._cuts = request_id, cuts
+        self.listener: Listener | None = None  # its attempt's, told after the exchange
+
+    def _answered(self, answer_id: object, kind: Answer) -> None:
+        if self.listener is not None and answers_request(answer_id, self._request_id):
+            self.listener.heard(kind)
+
+    def _stream_ended(self, error: BaseException | None) -> None:
+        # Told once, and let go: the response (and so its watch) may outlive the call (mcp 1.x).
+        listener, self.listener = self.listener, None
+        cut = error if isinstance(error, self._cuts) and not isinstance(error, LINE.event_refused()) else None
+        if listener is not None:
+            listener.heard(None, cut=cut)
 
 
 class Tee:

@@ -7,7 +7,7 @@ attempt), `close` with the policy's decision (-> DONE, or -> AWAITING its answer
 from the stream `heard` (-> DONE); `abandon` settles it as what is known when its request ends
 first. At DONE its span ends, its row is written and it is counted, once. It is the only writer of
 its request's per-attempt facts, the ledger (ledger.RequestReplay). A request the HTTP client sent
-again of itself (an auth flow's re-send) is an attempt of its own.
+again of itself (an auth flow's re-send) is a new attempt, which `send` hands the loop.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.answers import EventWatch
+from otel_mcp_replay.answers import RequestWatch
 from otel_mcp_replay.call_span import CallSpan, type_name
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
-from otel_mcp_replay.law import Permission
+from otel_mcp_replay.law import Declined, Permission
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
 from otel_mcp_replay.record import AttemptRow
@@ -79,7 +79,8 @@ class Attempt:
     error: BaseException | None = None  # what its exchange raised (its response's body cut, or none came)
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
     error_type: str | None = None  # the type of the error it got no response with
-    watch: EventWatch | None = None  # its event stream's watch: sees whether the SDK read it to the end
+    watch: RequestWatch | None = None  # its event stream's watch: sees whether the SDK read it to the end
+    declined_on_cut: DeclinedReason | None = None  # why a cut of its stream is not repeated: the law's word
 
     def __init__(
         self, owner: AttemptsOwner, permission: Permission | None, start_ns: int | None = None
@@ -90,12 +91,13 @@ class Attempt:
 
     # -- the steps the loop tells it --
 
-    async def send(self, http: HttpLibrary, sending: Exchanging) -> Exchange:
+    async def send(self, http: HttpLibrary, sending: Exchanging) -> tuple[Attempt, Exchange]:
         """SENDING -> EXCHANGED: its exchange, under its span, the HTTP client span of its POST,
         current: its trace context goes in the POST's headers, and the HTTP client instrumentation
         makes no second span for it (OpenTelemetry's suppress-HTTP key, as the botocore
         instrumentation sets it under its client span). A caller that gives up mid-exchange leaves
-        it settled as what is known of it."""
+        it settled as what is known of it. Returns the attempt the exchange ended in: this one, or
+        the latest the client sent again of itself (`_resent`), and what the exchange came to."""
         context = trace.set_span_in_context(self.span)
         context = otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, context)
         token = otel_context.attach(context)
@@ -106,23 +108,27 @@ class Attempt:
                 self.door = Door(request)
             else:
                 self.door.request = request
-            got = await exchange(http, sending, self.door, self)
-            if self.door.resends:
-                self._resent()  # the client sent it again of itself: each response an attempt
-            if 300 <= got.outcome.status < 400 and followed(got.response, request):
-                self.state, self.hop_status = "redirected", got.outcome.status
-                return got
+            got = await exchange(http, sending, self.door)
         except BaseException:
             self.abandon()
             raise
         finally:
             otel_context.detach(token)
+        # The client sent it again of itself: each response an attempt, the last one goes on.
+        attempt = self._resent() if self.door.resends else self
+        if 300 <= got.outcome.status < 400 and followed(got.response, request):
+            attempt.state, attempt.hop_status = "redirected", got.outcome.status
+            return attempt, got
         if sending.sse is not None and got.outcome.status == 0 and got.outcome.effect == "unknown":
-            got = await self._answer_on_connection(http, got, request)
-        if self.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
-            self.state, self.outcome, self.ended_ns = "exchanged", got.outcome, time.time_ns()
-            self.error, self.http_version, self.watch = got.error, got.version, got.watch
-        return got
+            got = await attempt._answer_on_connection(http, got, request)
+        if attempt.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
+            attempt.state, attempt.outcome, attempt.ended_ns = "exchanged", got.outcome, time.time_ns()
+            attempt.error, attempt.http_version, attempt.watch = got.error, got.version, got.watch
+            if got.watch is not None:  # its stream tells it what it says of the answer (`heard`)
+                got.watch.listener = attempt
+                if isinstance(sending.on_network, Declined):
+                    attempt.declined_on_cut = sending.on_network.reason
+        return attempt, got
 
     def close(self, wait_ms: int, declined: DeclinedReason | None, outcome: Outcome | None = None) -> None:
         """EXCHANGED -> DONE with the policy's decision (the wait before its repeat, or why none),
@@ -161,18 +167,15 @@ class Attempt:
                 self.heard(self.early)
 
     def heard(
-        self,
-        answer: Answer | None,
-        *,
-        cut: BaseException | None = None,
-        declined: DeclinedReason | None = None,
-        lost: bool | None = None,
+        self, answer: Answer | None, *, cut: BaseException | None = None, lost: bool | None = None
     ) -> None:
-        """What a stream said of its answer: `answer` came (AWAITING -> DONE; earlier, it is kept);
-        else its own stream ended before it (`cut`: was cut; `declined`: why the law repeats no cut
-        of it), and the client may resume it on a new stream where the answer still comes, so it
-        stays AWAITING until its request ends; or (`lost` not None) the connection's own stream
-        (SSE) ended (`lost`: was lost) before it: it never comes, and it is settled now."""
+        """What a stream said of its answer (its own stream's watch, answers.RequestWatch, or its
+        call, of the connection's stream): `answer` came (AWAITING -> DONE; earlier, it is kept);
+        else its own stream ended before it (`cut`: was cut, and the law's word on repeating it is
+        the one its request was read with), and the client may resume it on a new stream where the
+        answer still comes, so it stays AWAITING until its request ends; or (`lost` not None) the
+        connection's own stream (SSE) ended (`lost`: was lost) before it: it never comes, and it is
+        settled now."""
         if answer is not None:
             self.owner.ledger.answer_came = True
             if self.state != "awaiting":
@@ -186,8 +189,8 @@ class Attempt:
             self.stream_cut = lost
             self.abandon()
         elif self.state == "awaiting" and cut is not None:
-            if declined is not None:
-                self.declined = declined
+            if self.declined_on_cut is not None:
+                self.declined = self.declined_on_cut
             self.owner.ledger.final_error = cut
             self.stream_cut = True
 
@@ -199,18 +202,17 @@ class Attempt:
             self.close(0, None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange: the caller's
             door = self.door
-            if door is not None and door.resends:
-                self._resent()
+            attempt = self._resent() if door is not None and door.resends else self
             if door is None or not door.hops:
-                self._exchanged(classify(0, None, sent=False))  # never sent
-                self.close(0, None)
+                attempt._exchanged(classify(0, None, sent=False))  # never sent
+                attempt.close(0, None)
                 return
             # Sent, and given up before any response: the caller's timeout is no failure below the
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
-            self._exchanged(GIVEN_UP)
-            self.owner.ledger.unanswered = True
-            self.close(0, "not-retryable")
+            attempt._exchanged(GIVEN_UP)
+            attempt.owner.ledger.unanswered = True
+            attempt.close(0, "not-retryable")
         elif self.state == "exchanged":
             self.close(0, "budget")
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
@@ -235,26 +237,24 @@ class Attempt:
             got.outcome.after_stream(self.early), http.module.Response(202, request=request), None
         )
 
-    def _resent(self) -> None:
+    def _resent(self) -> Attempt:
         """The HTTP client sent this attempt's request again of itself (its auth flow, after a 401):
-        each response it had before is an attempt of its own, filed as one, ended as the re-send
-        began, and this attempt goes on as the next, sent by the app's own client (permission `app`,
-        on what that response was)."""
+        each response it had before is an attempt of its own, filed as one and ended as the re-send
+        began; each re-send is a new attempt, sent by the app's own client (permission `app`, on
+        what that response was), begun then, through the same door. Returns the latest, open."""
         door = self.door
         assert door is not None
         resends, door.resends = door.resends, ()
+        attempt, owner = self, self.owner
         for status, at_ns in resends:
-            outcome = classify(
-                status, "other"
-            )  # the response went back to the flow: no answer reached the SDK
-            self._exchanged(outcome)
-            self.ended_ns = at_ns
-            self.close(0, None)  # repeated, by the client: not declined
-            self.permission = Permission("app", outcome.failure or "error")
-            self.span = _span_of(self.owner, self.permission, at_ns)
-            self.state, self.outcome, self.ended_ns, self.wait_ms = "sending", NO_RESPONSE, 0, 0
-            self.declined, self.early, self.repeated, self.stream_cut = None, None, False, False
-            self.owner.attempt = self
+            # The response went back to the flow: no answer reached the SDK.
+            outcome = classify(status, "other")
+            attempt._exchanged(outcome)
+            attempt.ended_ns = at_ns
+            attempt.close(0, None)  # repeated, by the client: not declined
+            attempt = owner.attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
+            attempt.door = door
+        return attempt
 
     def _exchanged(self, outcome: Outcome) -> None:
         """SENDING -> EXCHANGED without a response's facts (never sent, given up, a client's

@@ -245,3 +245,11 @@ def permit(
     ):
         return CHANGES_WITHOUT_KEY
     return decision
+
+
+def permit_on_network(declaration: Declaration, target: Target, fail_closed: bool) -> Decision:
+    """`permit` after a network failure (a cut of its answer's stream too), asked once per request
+    as it is read: what the wire reads (whether a stream is read ahead, so a cut of it can be
+    repeated) and the policy reads (whether a network failure is repeated). A runtime that fails
+    closed repeats nothing."""
+    return NOT_PERMITTED if fail_closed else permit(declaration, target, "network")

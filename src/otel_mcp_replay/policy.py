@@ -20,7 +20,7 @@ from typing import Final, NamedTuple
 
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.evidence import Outcome
-from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Declined, Permission, Target, permit
+from otel_mcp_replay.law import BUDGET, NOT_PERMITTED, Decision, Declined, Permission, Target, permit
 from otel_mcp_replay.settings import MIN_RATIO, Settings
 
 BACKOFF_BASE_MS: Final = 200
@@ -137,11 +137,19 @@ class RetryBudgets:
             return self._budget(key)
 
     def policy(
-        self, key: str, declaration: Declaration, target: Target, settings: Settings, fail_closed: bool
+        self,
+        key: str,
+        declaration: Declaration,
+        target: Target,
+        settings: Settings,
+        fail_closed: bool,
+        on_network: Decision | None = None,
     ) -> ReplayPolicy:
         """A request's replay policy, made at its first failure, with endpoint `key`'s budget: shared
-        by every call to the endpoint's origin, as gRPC's is per server."""
-        return ReplayPolicy(declaration, target, settings, self.for_endpoint(key), fail_closed)
+        by every call to the endpoint's origin, as gRPC's is per server. `on_network`: the law's
+        word on a network failure of the request, when it was asked already (law.permit_on_network)."""
+        budget = self.for_endpoint(key)
+        return ReplayPolicy(declaration, target, settings, budget, fail_closed, on_network=on_network)
 
     def _budget(self, key: str) -> RetryBudget:
         """Endpoint `key`'s bucket, made on first use, now the most recently used (lock held)."""
@@ -180,6 +188,8 @@ class ReplayPolicy(NamedTuple):
     fail_closed: bool = False  # a configuration error: record everything, repeat nothing
     attempts: int = 1  # attempts made, the one just answered included
     waited_ms: int = 0
+    # The law's word on a network failure, asked once as the request was read (None: asked here).
+    on_network: Decision | None = None
 
     def after(self, outcome: Outcome, rng: random.Random) -> tuple[Wait | Declined | None, ReplayPolicy]:
         """The decision after the attempt that came to `outcome` (None: it did not fail, nothing to
@@ -188,7 +198,9 @@ class ReplayPolicy(NamedTuple):
         if outcome.failure is None:  # it did not fail (or was never sent): nothing to repeat
             return None, self
         decision = (
-            NOT_PERMITTED
+            self.on_network
+            if outcome.failure == "network" and self.on_network is not None
+            else NOT_PERMITTED
             if self.fail_closed
             else permit(
                 self.declaration,

@@ -10,6 +10,7 @@ ASGI level or in the client's own HTTP auth flow; executions counted on the serv
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Generator
 from contextlib import asynccontextmanager
@@ -373,6 +374,37 @@ async def test_an_auth_flows_own_resend_after_a_401_is_an_attempt_of_the_record(
     spans = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])
     assert [(s.attributes or {})[t.ATTEMPT] for s in spans] == [1, 2]
     assert server.counters.executions("search") == 1
+
+
+async def test_an_auth_flows_resend_is_a_new_attempt_with_its_own_span_and_count(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The 401 and the client's own re-send are two attempts, each with its own span (its number,
+    its resend count, its permission), its row and its count: the first ended as the re-send began."""
+    instrument(servers=declare(server, STRICT, {"search": {"on": ["network"]}}))
+    server.faults.add("search", Status(401, body=b"token expired"))
+    async with session_with(server.url, create_mcp_http_client(auth=ChallengedOnce())) as session:
+        with anyio.fail_after(10):
+            assert not is_error(await session.call_tool("search", {"query": "q"}))
+    assert server.counters.executions("search") == 1
+    record = the_record(telemetry)
+    first, second = attempt_spans(telemetry, record[t.JSONRPC_REQUEST_ID])
+    assert first.context is not None and second.context is not None
+    assert first.context.span_id != second.context.span_id
+    assert first.end_time is not None and second.start_time is not None
+    assert first.end_time <= second.start_time  # ended as the re-send began
+    one, two = dict(first.attributes or {}), dict(second.attributes or {})
+    assert (one[t.ATTEMPT], two[t.ATTEMPT]) == (1, 2)
+    assert (one[t.FAILURE], one[t.EFFECT]) == ("error", "unknown")
+    assert t.FAILURE not in two and two[t.EFFECT] == "applied"
+    assert t.PERMISSION_BY not in one
+    assert (two[t.PERMISSION_BY], two[t.PERMISSION_ON]) == ("app", "error")  # the client's own re-send
+    assert t.HTTP_RESEND_COUNT not in one
+    stable = bool(os.environ.get("OTEL_SEMCONV_STABILITY_OPT_IN"))
+    assert two.get(t.HTTP_RESEND_COUNT) == (1 if stable else None)
+    counted = telemetry.metrics()[t.METRIC_ATTEMPTS]  # each attempt counted once, by its permission
+    by = sorted((attributes.get(t.PERMISSION_BY, "first"), value) for attributes, value in counted)
+    assert by == [("app", 1.0), ("first", 1.0)]
 
 
 @pytest.mark.skipif(LINE == 1, reason="a client extension's claimed results are mcp 2.x's")

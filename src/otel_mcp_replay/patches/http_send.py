@@ -23,7 +23,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled, supp
 from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.errors import ReplayUnavailableError
-from otel_mcp_replay.law import PROTOCOL, TASK_POLL, target_of
+from otel_mcp_replay.law import PROTOCOL, TASK_POLL, permit_on_network, target_of
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
 from otel_mcp_replay.patches.series import HttpSeam, SeamRequest, poll_series, protocol_series, tool_series
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
@@ -152,12 +152,12 @@ def _request(
         call = carried_call(carriage, target)
         if call is None and sent_suppressed(carriage, body):
             return _suppressed(exchange_once)
-    req = SeamRequest(
-        request, url, body, declaration, target, exchange_once, sse, streamable, runtime.fail_closed
-    )
+    # The law's word on a network failure, asked once here, as the target was read.
+    on_network = permit_on_network(declaration, target, runtime.fail_closed)
+    req = SeamRequest(request, url, body, declaration, target, exchange_once, sse, streamable, on_network)
     if body.get("method") == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None):
         poll = CURRENT_POLL.get()  # a poll of an open task-backed call's task (tasks.py)
-        polled = req._replace(target=TASK_POLL)  # a pure read: repeated as the law says of one
+        polled = req.read_as(declaration, TASK_POLL, runtime.fail_closed)  # a pure read, as the law says
         return protocol_series(seam, polled) if poll is None else poll_series(seam, poll, polled)
     if (
         call is not None

@@ -25,9 +25,11 @@ from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
 from otel_mcp_replay.law import (
     BUDGET,
+    Decision,
     Declined,
     Permission,
     Target,
+    permit_on_network,
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage
@@ -59,7 +61,14 @@ class SeamRequest(NamedTuple):
     exchange_once: Callable[[], Awaitable[Any]]  # one exchange of it: the client's send as called
     sse: SseStream | None  # the legacy-SSE connection it is a message POST of
     streamable: bool  # the streamable-HTTP transport's
-    fail_closed: bool  # the runtime's: the law's word on a repeat after a cut is NOT_PERMITTED
+    # The law's word on a repeat after a network failure (law.permit_on_network), asked once as it
+    # was read: the wire reads it (a stream read ahead), the policy too (a network failure repeated).
+    on_network: Decision
+
+    def read_as(self, declaration: Declaration, target: Target, fail_closed: bool) -> SeamRequest:
+        """The same request read under `declaration` as `target`, its decision asked again with them."""
+        on_network = permit_on_network(declaration, target, fail_closed)
+        return self._replace(declaration=declaration, target=target, on_network=on_network)
 
 
 async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
@@ -80,7 +89,7 @@ async def protocol_series(seam: HttpSeam, req: SeamRequest) -> Any:
             return latest  # nothing to decide
         if policy is None:
             policy = runtime.budgets.policy(
-                origin, req.declaration, req.target, runtime.settings, runtime.fail_closed
+                origin, req.declaration, req.target, runtime.settings, runtime.fail_closed, req.on_network
             )
         decision, policy = policy.after(outcome, runtime.rng)
         if not isinstance(decision, Wait):
@@ -98,7 +107,7 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     if req.sse is None and not req.streamable:  # answers not matched: its origin's strictest word holds
         declaration = runtime.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
-        req = req._replace(declaration=declaration, target=target_of(req.body, declaration, from_json=True))
+        req = req.read_as(declaration, target_of(req.body, declaration, from_json=True), runtime.fail_closed)
     origin = runtime.origin(
         req.url
     )  # the endpoint's, when undeclared; whose bucket the attempts are charged to
@@ -178,14 +187,14 @@ async def _attempts(
         attempt = open_attempt(owner, permission)
         if response is not None:
             await response.aclose()
-        got = await attempt.send(seam.http, req)
+        attempt, got = await attempt.send(seam.http, req)  # a client's re-send: the attempt it ended in
         response = got.response
         runtime.budgets.charge(origin, got.outcome)
         decision: Wait | Declined | None = None  # an answer decides nothing
         if got.outcome.failure is not None:
             if policy is None:
                 policy = runtime.budgets.policy(
-                    origin, req.declaration, req.target, runtime.settings, runtime.fail_closed
+                    origin, req.declaration, req.target, runtime.settings, runtime.fail_closed, req.on_network
                 )
             decision, policy = policy.after(got.outcome, runtime.rng)
         if not isinstance(decision, Wait):

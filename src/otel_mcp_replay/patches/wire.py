@@ -5,9 +5,11 @@ The rule: what an exchange came to is read in one place (`outcome_of`: the adapt
 whether an attempt's request reached the connection is written at the one door past the client's
 auth flow and event hooks (`reached_connection`, a `Door` the attempt reads); what an event stream
 says is read from the events the SDK's own reader yields (`events_read`), over the body as the
-client decoded it, never from its bytes, and told to its listener. A leaf: it knows no attempt and
-no call, and tells only what it is handed. The code serves httpx2 (mcp 2.x) and httpx (mcp 1.x)
-alike: what differs is the `HttpLibrary` bound in with the runtime, and lines.Line.
+client decoded it, never from its bytes, into a watch its attempt listens to. A leaf: it knows no
+attempt and no call, asks no law (whether a stream is read ahead, so that a cut of it can be
+repeated, is the request's decision, handed in), and tells only what it is handed. The code serves
+httpx2 (mcp 2.x) and httpx (mcp 1.x) alike: what differs is the `HttpLibrary` bound in with the
+runtime, and lines.Line.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from typing import Any, NamedTuple, Protocol
 import anyio
 
 from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import EventWatch, ReadAhead, Tee, message_of
+from otel_mcp_replay.answers import EventWatch, ReadAhead, RequestWatch, Tee, answers_request, message_of
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
-from otel_mcp_replay.law import NOT_PERMITTED, Decision, Declined, Repeat, Target, permit
+from otel_mcp_replay.evidence import Outcome, Reply, classify
+from otel_mcp_replay.law import Decision, Repeat, Target
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.telemetry import DeclinedReason
+
+__all__ = ["answers_request"]  # the rule a request's own stream is read by, re-exported for the seams
 
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 
@@ -67,12 +70,6 @@ class HttpLibrary:
         """Read `response`'s events, as the SDK's reader yields them, into `watch`."""
         self.watched[response] = watch
 
-    def cut(self, error: BaseException | None) -> BaseException | None:
-        """`error`, an event stream's end, when it was a cut (the client's TransportError), else
-        None: the SDK's reader refusing the stream (its size cap) is no cut."""
-        cut = isinstance(error, self.module.TransportError) and not isinstance(error, LINE.event_refused())
-        return error if cut else None
-
 
 def events_read(
     http: HttpLibrary,
@@ -97,13 +94,12 @@ async def outcome_of(
     declaration: Declaration,
     response: Any,
     reading: Exchanging | None = None,
-    listener: Listener | None = None,
-) -> tuple[Outcome, Reply | None, EventWatch | None]:
+) -> tuple[Outcome, Reply | None, RequestWatch | None]:
     """What a response came to, classified as any attempt's is, its reply and the watch of its
     event stream: the adapter's refusal read from its body, a refusal's Retry-After against the
-    clock of now, and, for a tool call's attempt whose 2xx is watched here (`reading`, told to
-    `listener`), what its body says of the answer (None: the body is not read, as a protocol
-    request's is not). A body cut while read raises the client's TransportError."""
+    clock of now, and, for a tool call's attempt whose 2xx is watched here (`reading`), what its
+    body says of the answer (None: the body is not read, as a protocol request's is not). A body
+    cut while read raises the client's TransportError."""
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
     busy = (
         status != 429
@@ -111,9 +107,9 @@ async def outcome_of(
         and await _session_busy(declaration.adapter, response)
     )
     reply: Reply | None = None
-    watch: EventWatch | None = None
-    if reading is not None and listener is not None and 200 <= status < 300 and not busy:
-        reply, watch = await _read_reply(http, response, reading, listener)
+    watch: RequestWatch | None = None
+    if reading is not None and 200 <= status < 300 and not busy:
+        reply, watch = await _read_reply(http, response, reading)
     if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
         retry_after = response.headers.get("retry-after")
         return (
@@ -137,18 +133,6 @@ def followed(response: Any, request: Any) -> bool:
     """A redirect the client follows with the same request (307/308): the next hop is this attempt."""
     next_request = getattr(response, "next_request", None)
     return next_request is not None and next_request.method == request.method
-
-
-class Listener(Protocol):
-    """Who is told what a request's own event stream says of its answer (attempt.Attempt)."""
-
-    def heard(
-        self,
-        answer: Answer | None,
-        *,
-        cut: BaseException | None = None,
-        declined: DeclinedReason | None = None,
-    ) -> None: ...
 
 
 class Exchanging(Protocol):
@@ -177,16 +161,7 @@ class Exchanging(Protocol):
     def streamable(self) -> bool: ...  # the streamable-HTTP transport's
 
     @property
-    def fail_closed(self) -> bool: ...  # the runtime fails closed: the law's word is NOT_PERMITTED
-
-
-def _after_a_cut(sending: Exchanging) -> Decision:
-    """What the law says of a repeat after a cut of its event stream, asked of a 2xx that is one
-    (failing closed: NOT_PERMITTED): where it permits one, the stream is read here until the answer
-    (until_answer), so a cut can be repeated."""
-    if sending.fail_closed:
-        return NOT_PERMITTED
-    return permit(sending.declaration, sending.target, "network")
+    def on_network(self) -> Decision: ...  # the request's decision on a repeat after a network failure
 
 
 class Exchange(NamedTuple):
@@ -196,7 +171,7 @@ class Exchange(NamedTuple):
     response: Any  # the response it got (None: none)
     error: BaseException | None  # the error it raised
     version: str | None = None  # its response's network.protocol.version (None: no response came)
-    watch: EventWatch | None = None  # its event stream's watch, which sees the SDK read it
+    watch: RequestWatch | None = None  # its event stream's watch, which sees the SDK read it
 
 
 class Door:
@@ -214,7 +189,7 @@ class Door:
         self.request = request
 
 
-async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener: Listener) -> Exchange:
+async def exchange(http: HttpLibrary, sending: Exchanging, door: Door) -> Exchange:
     """One attempt's exchange: sent, its response read as far as the law needs, classified."""
     exchanging = _EXCHANGING.set(door)
     try:
@@ -231,9 +206,7 @@ async def exchange(http: HttpLibrary, sending: Exchanging, door: Door, listener:
     # A 2xx's answer is watched for here, else on the legacy SSE stream.
     watch_body = sending.streamable and sending.sse is None
     try:
-        outcome, reply, watch = await outcome_of(
-            http, declaration, response, sending if watch_body else None, listener
-        )
+        outcome, reply, watch = await outcome_of(http, declaration, response, sending if watch_body else None)
     except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
@@ -295,10 +268,12 @@ def _same_message(going: Any, request: Any) -> bool:
 
 
 async def _read_reply(
-    http: HttpLibrary, response: Any, sending: Exchanging, listener: Listener
-) -> tuple[Reply, EventWatch | None]:
+    http: HttpLibrary, response: Any, sending: Exchanging
+) -> tuple[Reply, RequestWatch | None]:
     """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
-    watch an event stream for it as the SDK reads it, telling `listener`."""
+    watch an event stream for it as the SDK reads it (its attempt listens to the watch); where the
+    request's decision repeats a network failure, it is read here until the answer (until_answer),
+    so a cut of it can be repeated."""
     content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
     if response.status_code == 202:
         return "accepted", None
@@ -307,31 +282,13 @@ async def _read_reply(
         found = message_of(content)  # (id, kind), else no answer
         return (found[1] if type(found) is tuple and found[0] == sending.body["id"] else "other"), None
     if content_type.startswith("text/event-stream"):
-        request_id = sending.body["id"]
-
-        def on_answer(answer_id: object, kind: Answer) -> None:
-            if answers_request(answer_id, request_id):
-                listener.heard(kind)
-
-        after_a_cut = _after_a_cut(sending)
-        # Why a cut of this stream is not repeated, if it is not: the law's word.
-        declined = after_a_cut.reason if isinstance(after_a_cut, Declined) else None
-
-        def on_end(error: BaseException | None) -> None:
-            listener.heard(None, cut=http.cut(error), declined=declined)
-
-        watch = EventWatch(on_answer, on_end)
+        watch = RequestWatch(sending.body["id"], http.module.TransportError)
         http.watch(response, watch)
-        if isinstance(after_a_cut, Repeat) and isinstance(response.stream, http.module.AsyncByteStream):
+        read_ahead = isinstance(sending.on_network, Repeat)  # the request's decision: a cut is repeated
+        if read_ahead and isinstance(response.stream, http.module.AsyncByteStream):
             await until_answer(http, response)
         return "later", watch  # what the stream says is what the SDK's reader yields (the watch)
     return "other", None
-
-
-def answers_request(answer_id: object, request_id: object) -> bool:
-    """An answer on a request's own event stream is that request's: by its id on mcp 1.x, whatever
-    its id on 2.x, whose transport writes the request's id into it (lines.Line)."""
-    return LINE.stream_answers_its_request or answer_id == request_id
 
 
 async def until_answer(http: HttpLibrary, response: Any) -> None:
