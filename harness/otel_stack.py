@@ -213,6 +213,38 @@ def running_jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
         yield Jaeger(process, f"{HOST}:{otlp}", f"http://{HOST}:{http}")
 
 
+# The Collector built here has no OTLP/HTTP exporter (builder-config.yaml), and the receiver of
+# harness/receiver.py speaks OTLP/HTTP only: Jaeger's binary, which has one, relays the log records.
+LOG_RELAY_CONFIG: Final = """\
+service:
+  extensions: [healthcheckv2]
+  pipelines:
+    logs: {{receivers: [otlp], exporters: [otlphttp]}}
+  telemetry: {{metrics: {{level: none}}, logs: {{level: warn}}}}
+extensions:
+  healthcheckv2: {{use_v2: true, http: {{endpoint: "{health}"}}}}
+receivers:
+  otlp: {{protocols: {{grpc: {{endpoint: "{grpc}"}}}}}}
+exporters:
+  otlphttp: {{logs_endpoint: "{logs_url}"}}
+"""
+
+
+@contextlib.contextmanager
+def running_log_relay(jaeger_binary: Path, work_dir: Path, logs_url: str) -> Iterator[str]:
+    """OTLP gRPC in on a free 127.0.0.1 port (yielded, host:port), each log record out to `logs_url`."""
+    grpc, health = free_port(), free_port()
+    config = work_dir / f"log-relay-{grpc}.yaml"
+    config.write_text(
+        LOG_RELAY_CONFIG.format(health=f"{HOST}:{health}", grpc=f"{HOST}:{grpc}", logs_url=logs_url)
+    )
+    argv = [str(jaeger_binary), f"--config={config}"]
+    with _running(
+        "log relay", argv, {}, work_dir / f"log-relay-{grpc}.log", f"http://{HOST}:{health}/status"
+    ):
+        yield f"{HOST}:{grpc}"
+
+
 @dataclass
 class Collector:
     process: Process

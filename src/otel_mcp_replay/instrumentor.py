@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable, Collection
 from typing import Any
 
+from opentelemetry._logs import get_logger_provider
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.metrics import Counter, get_meter
@@ -34,8 +35,14 @@ from otel_mcp_replay.package import _instruments
 from otel_mcp_replay.patches import aws_distro, carrier, http_send, series, session, sse, stdio, wire
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
-from otel_mcp_replay.redaction import RedactingSpanExporter, RedactionRules, check_export_path
+from otel_mcp_replay.redaction import (
+    RedactingLogRecordExporter,
+    RedactingSpanExporter,
+    RedactionRules,
+    check_export_path,
+)
 from otel_mcp_replay.redaction.export_path import redact_exporters
+from otel_mcp_replay.redaction.log_export_path import redact_log_exporters
 from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.settings import Settings
@@ -316,6 +323,10 @@ class McpReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             # the rules in force.
             redact_exporters(
                 get_tracer_provider(), lambda exporter: self.redacting(RedactingSpanExporter, exporter)
+            )
+            # And its log records' exporters (a distro may turn log export on: AgentCore does).
+            redact_log_exporters(
+                get_logger_provider(), lambda exporter: self.redacting(RedactingLogRecordExporter, exporter)
             )
         # Spans exported past every redaction are said once, at WARNING, naming the fix.
         check_export_path(kwargs.get("tracer_provider"), told=self._told_unredacted)

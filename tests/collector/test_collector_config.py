@@ -490,12 +490,12 @@ def test_the_text_of_an_exception_is_not_allowed(path: Path) -> None:
 def test_status_messages_are_masked_with_the_blocked_values_right_after_redaction(path: Path) -> None:
     """The redaction processor leaves a span's status message alone (processor.go: resource, scope,
     span and span-event attributes only); the plugin masks it, and so does transform/redact_status,
-    with the very same patterns, in every pipeline that redacts."""
+    with the very same patterns, in every traces pipeline that redacts (a log record has no status)."""
     config = load_yaml(path)
     assert pipelines(config), f"{path.name}: no pipelines"
     for name, pipeline in pipelines(config).items():
         names = pipeline["processors"]
-        if "redaction" in names:
+        if "redaction" in names and signal(name) == "traces":
             assert names[names.index("redaction") + 1] == "transform/redact_status", name
     (group,) = config["processors"]["transform/redact_status"]["trace_statements"]
     assert group["context"] == "span"
@@ -744,6 +744,16 @@ RESOLVER_OPTIONS = {
 }
 
 
+def signal(pipeline_name: str) -> str:
+    """A pipeline's signal: the part of its name before any `/` (`traces/sampled` -> `traces`)."""
+    return pipeline_name.split("/", 1)[0]
+
+
+def exporters_of(config: Mapping[str, Any], wanted: str) -> set[str]:
+    """The exporters (and connectors) the pipelines of one signal send to."""
+    return {e for name, p in pipelines(config).items() if signal(name) == wanted for e in p["exporters"]}
+
+
 def pipelines(config: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
     found: dict[str, dict[str, list[str]]] = config["service"]["pipelines"]
     return found
@@ -802,6 +812,8 @@ PIPELINE_ORDER: dict[Path, dict[str, list[str]]] = {
             "transform/mark_uncertain",
         ],
         **SAMPLED_AND_UNCERTAIN,
+        # The record as a log-based event: redacted by the same processor, never sampled.
+        "logs": ["memory_limiter", "redaction", "batch"],
     },
     AGENT: {
         "traces": [
@@ -1212,8 +1224,9 @@ def run_collector(path: Path, batch: list[Span], sampled: bool) -> Run:
     run = Run(sampled, defaultdict(list), [])
 
     def feed(receiver: str, spans: list[Span]) -> None:
-        for pipeline in pipelines(config).values():
-            if receiver in pipeline["receivers"]:
+        for name, pipeline in pipelines(config).items():
+            # Spans enter the traces pipelines only: the logs pipeline never sees them.
+            if receiver in pipeline["receivers"] and signal(name) == "traces":
                 out = run_processors(config, pipeline["processors"], copy.deepcopy(spans), run)
                 for exporter in pipeline["exporters"]:
                     if exporter in connectors:
@@ -1409,7 +1422,31 @@ def test_gateway_has_tail_sampling_and_exports_to_jaeger_and_tempo() -> None:
         config = load_yaml(path)
         assert "tail_sampling" in pipelines(config)["traces/sampled"]["processors"]
         endpoints = {name: resolve(e["endpoint"]) for name, e in config["exporters"].items()}
-        assert endpoints == {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
+        traced = exporters_of(config, "traces") - set(config.get("connectors") or {})
+        backends = {"otlp/jaeger": "jaeger:4317", "otlp/tempo": "tempo:4317"}
+        assert {name: endpoints[name] for name in traced} == backends
+        # The single tier alone has a logs pipeline, with its own exporter; nothing else is exported.
+        logged = {"otlp/logs": "logs:4317"} if path == SINGLE else {}
+        assert {name: endpoints[name] for name in exporters_of(config, "logs")} == logged
+        assert set(endpoints) == traced | set(logged)
+
+
+def test_the_logs_pipeline_redacts_with_the_traces_rules_and_exports_to_a_logs_backend() -> None:
+    """The record as a log record (`record` = `log` or `both`) passes the very redaction processor the
+    spans do (same allow-list, same blocked values), after memory_limiter, batched, to an OTLP
+    exporter of its own that no traces pipeline uses; it is not tail-sampled (a record is one per call)."""
+    config = load_yaml(SINGLE)
+    found = pipelines(config)
+    assert found["logs"] == {
+        "receivers": ["otlp"],
+        "processors": ["memory_limiter", "redaction", "batch"],
+        "exporters": ["otlp/logs"],
+    }
+    traced = [name for name in found if signal(name) == "traces"]
+    assert "redaction" in found["traces"]["processors"]
+    assert all("otlp/logs" not in found[name]["exporters"] for name in traced)
+    assert redaction(SINGLE)["allow_all_keys"] is False
+    assert {*t.RECORD_KEYS, *t.RECORD_TASK_KEYS} <= set(redaction(SINGLE)["allowed_keys"])
 
 
 def test_the_agent_reroutes_what_a_vanished_gateway_did_not_take() -> None:

@@ -401,6 +401,50 @@ def test_redaction_masks_what_an_app_without_the_configurator_sends(
 
 
 # ---------------------------------------------------------------------------------------------
+# The record as a log record (the plugin's `record` setting)
+
+
+def test_the_record_arrives_as_a_log_record_of_its_call_span_and_jaeger_keeps_it_on_the_span(
+    bins: o.Binaries, jaeger: o.Jaeger, tmp_path: Path
+) -> None:
+    """`record` = `both`: each call's record reaches a logs backend through the logs pipeline as a
+    log record with its call span's trace and span ids, and Jaeger still shows it on the span."""
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(OtlpReceiver())
+        relay = stack.enter_context(o.running_log_relay(bins.jaeger, tmp_path, f"{sink.endpoint}/v1/logs"))
+        settings = {**backends(jaeger, 100), "MCP_REPLAY_LOGS_ENDPOINT": relay}
+        collector = stack.enter_context(o.running_collector(bins.otelcol, o.SINGLE, tmp_path, settings))
+        run = run_demo_agent(
+            tmp_path,
+            collector.traces_endpoint,
+            CLEAN_SEARCHES,
+            OTEL_LOGS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_LOGS_ENDPOINT=f"{collector.otlp_http}/v1/logs",
+            OTEL_BLRP_SCHEDULE_DELAY="200",
+            OTEL_PYTHON_MCP_REPLAY_RECORD="both",
+        )
+        calls = len(run.seen)
+        assert sink.wait_for_logs(lambda logs: len(records_logged(logs)) >= calls, ARRIVAL_GUARD_S)
+        traces = wait_for_calls(jaeger, dict(Counter(line.split()[0] for line in run.seen)))
+        logged = records_logged(sink.logs())
+        accepted = collector.metric("otelcol_receiver_accepted_log_records")
+        sent = collector.metric("otelcol_exporter_sent_log_records", exporter="otlp/logs")
+    on_spans = {(s["trace_id"], s["span_id"]): s for spans in traces.values() for s in call_spans(spans)}
+    assert len(on_spans) == calls == 4, run.seen  # the demo's four calls, each kept on its span
+    assert accepted >= sent >= calls
+    assert sorted((log["trace_id"], log["span_id"]) for log in logged) == sorted(on_spans)
+    for log in logged:
+        span = on_spans[(log["trace_id"], log["span_id"])]
+        (event,) = [e for e in span["events"] if e["name"] == t.RECORD_EVENT]
+        assert log["attributes"] == event["attributes"], span["name"]
+        assert log["scope"] == t.INSTRUMENTATION_NAME and log["resource"]["service.name"] == SERVICE
+
+
+def records_logged(logs: Sequence[Any]) -> list[Any]:
+    return [log for log in logs if log["event_name"] == t.RECORD_EVENT]
+
+
+# ---------------------------------------------------------------------------------------------
 # Two tiers
 
 

@@ -6,7 +6,9 @@ body's strings too, bounded), the record allow-list on `mcp.tool.request_attempt
 (refused whole), the task ids seen masked, the plugin's own records read back vouched for. End to
 end, `opentelemetry-instrument` with the `mcp_replay` configurator and `OTEL_LOGS_EXPORTER=otlp`
 exports an MCP call's record as a log record, with the call span's ids, and an app's log record
-redacted; the control run with the distro's configurator shows the same canaries leak without it.
+redacted, and so does opentelemetry-distro's configurator (the plugin puts its log exporter behind
+redaction when instrumented); the control run, that configurator with the plugin disabled, shows the
+same canaries leak without it.
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_app(tmp_path: Path, receiver: OtlpReceiver, url: str, configurator: str) -> None:
+def run_app(tmp_path: Path, receiver: OtlpReceiver, url: str, configurator: str, **extra: str) -> None:
     script = tmp_path / "app.py"
     script.write_text(SCRIPT)
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
@@ -243,17 +245,22 @@ def run_app(tmp_path: Path, receiver: OtlpReceiver, url: str, configurator: str)
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_BLRP_SCHEDULE_DELAY": "100",
             "OTEL_PYTHON_MCP_REPLAY_RECORD": "log",
+            **extra,
         }
     )
     done = under_instrument(tmp_path, env, script, url, CANARY)
     assert done.returncode == 0 and "script-done" in done.stdout, done.stderr[-3000:]
 
 
+@pytest.mark.parametrize("configurator", ["mcp_replay", "configurator"], ids=["ours", "the distro's"])
 def test_under_opentelemetry_instrument_the_record_is_a_log_record_and_every_log_leaves_redacted(
-    tmp_path: Path, receiver: OtlpReceiver
+    tmp_path: Path, receiver: OtlpReceiver, configurator: str
 ) -> None:
+    """Under our configurator, or opentelemetry-distro's, whose log exporter the plugin puts behind
+    RedactingLogRecordExporter when instrumented (as aws-opentelemetry-distro's, which turns log
+    export on)."""
     with running_server() as server:
-        run_app(tmp_path, receiver, server.url, "mcp_replay")
+        run_app(tmp_path, receiver, server.url, configurator)
         assert server.counters.executions("search") == 1
     assert receiver.wait_for_logs(lambda logs: len(logs) >= 2, timeout=20)
     assert receiver.wait_for(
@@ -283,6 +290,9 @@ def test_control_without_our_configurator_the_log_canaries_do_leak(
     tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     with running_server() as server:
-        run_app(tmp_path, receiver, server.url, "configurator")  # opentelemetry-distro's own
+        # opentelemetry-distro's own configurator, and the plugin not instrumented: nothing redacts.
+        run_app(
+            tmp_path, receiver, server.url, "configurator", OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp_replay"
+        )
     assert receiver.wait_for_logs(lambda logs: any(log["scope"] == "canary-app" for log in logs), timeout=20)
     assert CANARY.encode() in b"".join(r.body for r in receiver.raw_requests() if r.path == "/v1/logs")

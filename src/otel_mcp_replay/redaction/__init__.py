@@ -13,6 +13,7 @@ The layout follows the Collector's redaction processor:
 - spans.py: the redacted copies.   wrappers.py: RedactingSpanProcessor, RedactingSpanExporter.
 - logs.py: RedactingLogRecordProcessor, RedactingLogRecordExporter: the same for log records.
 - export_path.py: check_export_path, the one WARNING when exported spans skip redaction.
+- log_export_path.py: redact_log_exporters, the same put-behind for a LoggerProvider's exporters.
 - task_ids.py: the task ids this process saw (SEP-2663), masked wherever a text holds one.
 """
 
