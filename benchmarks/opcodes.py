@@ -15,16 +15,23 @@ calling thread, so its opcodes are counted as well).
 
 C work (sockets, pydantic-core's validation, JSON scanning, the SDK's C helpers) is not in these
 counts: benchmark 1 weighs the CPU.
+
+`python -m benchmarks.opcodes --by-function [ARM]` (ARM one of ARMS, `both` when left out) counts one
+arm as above, then again by function: where the plugin's own opcodes go, per (module, qualname),
+and how many of the plugin's frames each function enters and resumes per call.
 """
 
 from __future__ import annotations
 
+import argparse
+import dis
 import gc
 import random
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import anyio
@@ -53,6 +60,8 @@ REDACTED = " (redaction on)"
 RECORD_PLACES = ("log", "both")
 OURS = "/otel_mcp_replay/"  # a frame of the plugin: its code's file is in this package
 SKELETON = "/benchmarks/_skeleton.py"  # a frame of the skeleton's own Python
+RESUME = dis.opmap.get("RESUME")  # a frame's first instruction (oparg 0) on Python >= 3.11
+TraceFunction = Callable[[FrameType, str, object], Any]
 
 
 @dataclass
@@ -81,19 +90,76 @@ async def opcodes_per_call(client: Client, calls: int, settle: int = SETTLE) -> 
                 skeleton += 1
         return count
 
+    await traced_calls(client, calls, settle, count)
+    return Opcodes(total / calls, own / calls, skeleton / calls)
+
+
+async def traced_calls(client: Client, calls: int, settle: int, tracer: TraceFunction) -> None:
+    """`calls` clean calls of `search` traced by `tracer` (set per frame), after `settle` that are not."""
     await search_calls(client, settle)  # the first calls after a switch fill caches
     # The metrics SDK draws its exemplars from the random module: seeded, every run draws the same,
     # so a commit's count repeats exactly (unseeded, an arm's count moved by up to 100 per call).
     random.seed(0)
     gc.collect()
     gc.disable()  # a collection's finalizers would run Python code at a moment no call decides
-    sys.settrace(count)
+    sys.settrace(tracer)
     try:
         await search_calls(client, calls)
     finally:
         sys.settrace(None)
         gc.enable()
-    return Opcodes(total / calls, own / calls, skeleton / calls)
+
+
+@dataclass
+class Profile:
+    """The plugin's own opcodes per call by function, and its frames entered and resumed per call,
+    each keyed by (module, qualname); `total` is every opcode per call, all frames."""
+
+    total: float
+    opcodes: dict[tuple[str, str], float]
+    entered: dict[tuple[str, str], float]
+    resumed: dict[tuple[str, str], float]
+
+
+async def profile_per_call(client: Client, calls: int, settle: int = SETTLE) -> Profile:
+    """What `opcodes_per_call` counts as the plugin's own, by the function whose frame ran it."""
+    total = 0
+    opcodes: Counter[CodeType] = Counter()
+    entered: Counter[CodeType] = Counter()
+    resumed: Counter[CodeType] = Counter()
+
+    def count(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal total
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            total += 1
+            if OURS in frame.f_code.co_filename:
+                opcodes[frame.f_code] += 1
+        elif event == "call" and OURS in frame.f_code.co_filename:
+            # A coroutine or generator resumed is a "call" event too: only RESUME 0 starts a frame.
+            code = frame.f_code.co_code
+            fresh = RESUME is None or (code[frame.f_lasti] == RESUME and code[frame.f_lasti + 1] == 0)
+            (entered if fresh else resumed)[frame.f_code] += 1
+        return count
+
+    await traced_calls(client, calls, settle, count)
+    return Profile(
+        total / calls, _by_name(opcodes, calls), _by_name(entered, calls), _by_name(resumed, calls)
+    )
+
+
+def _by_name(counts: Counter[CodeType], calls: int) -> dict[tuple[str, str], float]:
+    """Counts per code object, summed by (module, qualname) and divided by `calls`."""
+    named: Counter[tuple[str, str]] = Counter()
+    for code, n in counts.items():
+        named[(module_of(code.co_filename), getattr(code, "co_qualname", code.co_name))] += n
+    return {name: n / calls for name, n in named.items()}
+
+
+def module_of(filename: str) -> str:
+    """The dotted name of the plugin's module at `filename` (a path holding OURS)."""
+    relative = filename.rsplit(OURS, 1)[1].removesuffix(".py").removesuffix("__init__").rstrip("/")
+    return ".".join(["otel_mcp_replay", *filter(None, relative.split("/"))])
 
 
 async def search_calls(client: Client, calls: int) -> None:
@@ -103,30 +169,46 @@ async def search_calls(client: Client, calls: int) -> None:
             raise RuntimeError("the clean path met an error")
 
 
+class Pipeline:
+    """The SDK as the arms are counted with it: global providers, spans and log records exported in
+    the calling thread (so their export is counted), through paths the benchmark can swap."""
+
+    def __init__(self) -> None:
+        self.exporter = NoopExporter()
+        self.export_path = SwitchedProcessor(SimpleSpanProcessor(self.exporter))
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(self.export_path)
+        trace.set_tracer_provider(self.tracer_provider)
+        self.meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        # The global SDK LoggerProvider the `log` and `both` places file through (the others emit nothing).
+        self.logs = DroppedLogs()
+        self.log_path = SwitchedLogProcessor(SimpleLogRecordProcessor(self.logs))
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(self.log_path)
+        _logs.set_logger_provider(logger_provider)
+
+    def switch(self, url: str) -> ArmSwitch:
+        return ArmSwitch(
+            {
+                "tracer_provider": self.tracer_provider,
+                "meter_provider": self.meter_provider,
+                "servers": declared(url),
+            }
+        )
+
+
 def run(quick: bool) -> Section:
     return anyio.run(_run, quick)
 
 
 async def _run(quick: bool) -> Section:
     section = Section("9. Python opcodes per clean call (exact: no load blurs them)")
-    exporter = NoopExporter()
-    export_path = SwitchedProcessor(SimpleSpanProcessor(exporter))
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(export_path)
-    trace.set_tracer_provider(tracer_provider)
-    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    # The global SDK LoggerProvider the `log` and `both` arms file through (the others emit nothing).
-    logs = DroppedLogs()
-    log_path = SwitchedLogProcessor(SimpleLogRecordProcessor(logs))
-    logger_provider = LoggerProvider()
-    logger_provider.add_log_record_processor(log_path)
-    _logs.set_logger_provider(logger_provider)
+    p = Pipeline()
+    exporter, export_path, logs, log_path = p.exporter, p.export_path, p.logs, p.log_path
     counted: dict[str, Opcodes] = {}
     redacted: dict[str, Opcodes] = {}
     with server_process() as url:
-        switch = ArmSwitch(
-            {"tracer_provider": tracer_provider, "meter_provider": meter_provider, "servers": declared(url)}
-        )
+        switch = p.switch(url)
         try:
             async with Client(url) as client:
                 for arm in ARMS:
@@ -142,7 +224,7 @@ async def _run(quick: bool) -> Section:
                 await count_places(client, switch, redacted, log_path, SimpleLogRecordProcessor(redacting))
         finally:
             switch.off()
-    tracer_provider.shutdown()
+    p.tracer_provider.shutdown()
     report(section, counted)
     report_places(section, counted)
     report(section, redacted, REDACTED)
@@ -271,5 +353,73 @@ def report(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> N
     section.add(f"the plugin's own opcodes per call (in otel_mcp_replay frames){suffix}", own)
 
 
+def by_function(arm: str) -> str:
+    """`--by-function ARM`: the arm counted as benchmark 9 counts it, then again by function."""
+    return anyio.run(_by_function, arm)
+
+
+async def _by_function(arm: str) -> str:
+    p = Pipeline()
+    with server_process() as url:
+        switch = p.switch(url)
+        try:
+            async with Client(url) as client:
+                switch(arm)
+                counted = await opcodes_per_call(client, CALLS)
+                profile = await profile_per_call(client, CALLS)
+        finally:
+            switch.off()
+    p.tracer_provider.shutdown()
+    return render_profile(arm, counted, profile)
+
+
+def render_profile(arm: str, counted: Opcodes, profile: Profile) -> str:
+    """Per call, exact (a count over CALLS calls: two decimals lose nothing), sorted descending."""
+    summed = sum(profile.opcodes.values())
+    lines = [
+        f"# the plugin's own opcodes per clean call by function: the {arm} arm, {CALLS} calls after {SETTLE}",
+        f"opcodes per call, all frames (the arm's count; this run's): {counted.total:,.2f}; "
+        f"{profile.total:,.2f}",
+        f"own opcodes per call (otel_mcp_replay frames), the arm's count: {counted.own:,.2f}",
+        f"own opcodes per call, summed by function: {summed:,.2f}",
+        f"plugin frames per call: entered {sum(profile.entered.values()):,.2f}; "
+        f"resumed (a coroutine or generator going on) {sum(profile.resumed.values()):,.2f}",
+        "",
+        "## opcodes per call by function",
+        f"{'opcodes':>10} {'share':>6} {'entered':>8} {'resumed':>8}  function",
+    ]
+    for name, n in sorted(profile.opcodes.items(), key=lambda item: (-item[1], item[0])):
+        lines.append(
+            f"{n:10,.2f} {n / summed if summed else 0:6.1%} {profile.entered.get(name, 0):8.2f} "
+            f"{profile.resumed.get(name, 0):8.2f}  {name[0]}:{name[1]}"
+        )
+    lines += [
+        "",
+        "## plugin frames entered per call by function",
+        f"{'entered':>8} {'resumed':>8} {'opcodes':>10}  function",
+    ]
+    framed = set(profile.entered) | set(profile.resumed)
+    for name in sorted(
+        framed, key=lambda name: (-profile.entered.get(name, 0), -profile.resumed.get(name, 0), name)
+    ):
+        lines.append(
+            f"{profile.entered.get(name, 0):8.2f} {profile.resumed.get(name, 0):8.2f} "
+            f"{profile.opcodes.get(name, 0):10,.2f}  {name[0]}:{name[1]}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m benchmarks.opcodes [--quick] [--json PATH]`: benchmark 9; with `--by-function
+    [ARM]` instead, where one arm's own opcodes go (ARM one of ARMS; `both` when left out)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--by-function" not in args:
+        return section_main(run, args)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.opcodes --by-function")
+    parser.add_argument("--by-function", nargs="?", const="both", choices=ARMS, metavar="ARM", required=True)
+    print(by_function(parser.parse_args(args).by_function))
+    return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(section_main(run))
+    raise SystemExit(main())

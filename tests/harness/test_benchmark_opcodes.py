@@ -7,16 +7,17 @@ package would make "the plugin's own opcodes" zero, a call that failed would be 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from benchmarks._common import declared
 from benchmarks.opcodes import opcodes_per_call
 from mcp import Client
+from tests.support.bench import run_benchmark
 
-pytestmark = pytest.mark.anyio
 
-
+@pytest.mark.anyio
 async def test_the_count_sees_the_plugin_s_own_frames_only_in_its_arm(server: Any, instrument: Any) -> None:
     async with Client(server.url) as client:
         plain = await opcodes_per_call(client, 3, settle=1)
@@ -29,3 +30,30 @@ async def test_the_count_sees_the_plugin_s_own_frames_only_in_its_arm(server: An
     assert plugin.own > 0
     # The plugin adds at least its own opcodes (and the SDK calls it makes besides).
     assert plugin.total > plain.total + plugin.own
+
+
+def figure(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_the_profile_by_function_sums_to_the_arm_s_own_count() -> None:
+    """`--by-function` splits the both arm's own opcodes by the function that ran them: its rows add
+    up to the own count benchmark 9 makes of the same arm, and they name the plugin's functions."""
+    out = run_benchmark("opcodes", "--by-function", "both", timeout=110)
+    own = re.search(r"own opcodes per call \(otel_mcp_replay frames\), the arm's count: ([\d,.]+)", out)
+    summed = re.search(r"own opcodes per call, summed by function: ([\d,.]+)", out)
+    assert own is not None and summed is not None, out[:2000]
+    assert figure(own.group(1)) > 0
+    table = out[out.index("## opcodes per call by function") : out.index("## plugin frames entered")]
+    rows = re.findall(
+        r"^ *([\d,.]+) +[\d.]+% +([\d.]+) +([\d.]+)  (otel_mcp_replay[\w.]*):(\S+)$", table, re.M
+    )
+    assert rows, table
+    # Per call over 20 calls: two decimals are exact, so the rows add up to the count to the hundredth.
+    assert sum(figure(row[0]) for row in rows) == pytest.approx(figure(own.group(1)), abs=1e-6)
+    assert figure(summed.group(1)) == figure(own.group(1))
+    functions = {(row[3], row[4]) for row in rows}
+    assert len(functions) == len(rows)  # one row a function
+    called = {(row[3], row[4]) for row in rows if figure(row[1]) >= 1}  # frames entered per call
+    assert any(module == "otel_mcp_replay.call" for module, _ in functions), sorted(functions)
+    assert any(module == "otel_mcp_replay.call" for module, _ in called)

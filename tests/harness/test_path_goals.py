@@ -14,20 +14,14 @@ finalizer of their leftovers (a vouched span let go) can run inside the profiled
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from benchmarks.path import ATTEMPT_OPENER, ERAS
+from tests.support.bench import ROOT, run_benchmark
 
 LOOP = "patches.series"  # the module whose loop opens a tool call's attempts
 WIRE = "patches.wire"  # the module that tells what an attempt's exchange sent and got
-
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", params=sorted(ERAS))
@@ -40,17 +34,7 @@ def era(request: pytest.FixtureRequest) -> str:
 def path(era: str) -> dict[str, Any]:
     """The profile's figures in `era`, run once for the module's tests (`python -m benchmarks.path
     ERA`, which fails unless the tool ran once after its 429): it measures, it changes nothing."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.path", era],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = run.stdout
+    out = run_benchmark("path", era, timeout=120)
     figures: dict[str, Any] = json.loads(out[out.index("{") :])
     return figures
 
