@@ -25,6 +25,11 @@ from otel_mcp_replay.record import AttemptRow, call_record
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
+# What a figure depends on besides the plugin (issue 55: a dependency's change told apart from the
+# plugin's). The peer is this distribution's HTTPX2ClientInstrumentor; fastmcp only when installed.
+PEER = "opentelemetry-instrumentation-httpx"
+MEASURED = ("mcp", "httpx2", "opentelemetry-api", "opentelemetry-sdk", PEER, "fastmcp", "otel-mcp-replay")
+OPTIONAL = ("fastmcp",)
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -49,6 +54,7 @@ class Section:
     notes: list[str] = field(default_factory=list)
     details: str = ""
     seconds: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)  # what it measured, printed above its table
 
     def add(self, metric: str, value: str, target: str = "", met: bool | None = None) -> None:
         self.rows.append(Row(metric, value, target, met))
@@ -61,6 +67,14 @@ class Section:
         raw = json.loads(text)
         rows = [Row(**row) for row in raw.pop("rows")]
         return cls(rows=rows, **raw)
+
+
+LEAST = ("plugin", "skeleton", "floor")  # the plugin and the least an implementation could add
+
+
+def beside(section: Section, metric: str, figure: Callable[[str], str]) -> None:
+    """One row of the plugin's figure with the skeleton's and the floor's, side by side."""
+    section.add(f"{', '.join(LEAST)}: {metric}", "; ".join(f"{arm} {figure(arm)}" for arm in LEAST))
 
 
 def section_main(run: Callable[[bool], Section], argv: Sequence[str] | None = None) -> int:
@@ -80,7 +94,14 @@ def section_main(run: Callable[[bool], Section], argv: Sequence[str] | None = No
 
 
 def render_section(section: Section) -> str:
-    lines = [f"### {section.name}", "", "| metric | value | target | met |", "| --- | --- | --- | --- |"]
+    lines = [f"### {section.name}", ""]
+    if section.versions:
+        measured = "; ".join(
+            f"{name} {version}" + (" (the peer)" if name == PEER else "")
+            for name, version in section.versions.items()
+        )
+        lines += [f"Versions measured: {measured}.", ""]
+    lines += ["| metric | value | target | met |", "| --- | --- | --- | --- |"]
     for row in section.rows:
         met = "" if row.met is None else ("yes" if row.met else "**no**")
         lines.append(f"| {row.metric} | {row.value} | {row.target} | {met} |")
@@ -211,13 +232,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine() -> dict[str, str]:
-    def version(distribution: str) -> str:
+def versions() -> dict[str, str]:
+    """Python's and each of MEASURED's version as importlib.metadata reports it ("absent" when it is
+    not installed; OPTIONAL ones left out then)."""
+    found = {"python": f"{platform.python_version()} ({platform.python_implementation()})"}
+    for distribution in MEASURED:
         try:
-            return metadata.version(distribution)
+            found[distribution] = metadata.version(distribution)
         except metadata.PackageNotFoundError:
-            return "absent"
+            if distribution not in OPTIONAL:
+                found[distribution] = "absent"
+    return found
 
+
+def machine() -> dict[str, str]:
     load = ""
     with contextlib.suppress(OSError):
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -227,12 +255,7 @@ def machine() -> dict[str, str]:
         "cpus (nproc)": str(os.cpu_count()),
         "cpu": cpu_model(),
         "kernel": platform.release(),
-        "python": platform.python_version() + f" ({platform.python_implementation()})",
-        "mcp": version("mcp"),
-        "httpx2": version("httpx2"),
-        "opentelemetry-sdk": version("opentelemetry-sdk"),
-        "opentelemetry-instrumentation-httpx": version("opentelemetry-instrumentation-httpx"),
-        "otel-mcp-replay": version("otel-mcp-replay"),
+        **versions(),
         "load average at start": load,
     }
 

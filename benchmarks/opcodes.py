@@ -44,7 +44,15 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from benchmarks._common import NoopExporter, Section, declared, section_main, server_process
+from benchmarks._common import (
+    NoopExporter,
+    Section,
+    beside,
+    declared,
+    section_main,
+    server_process,
+    versions,
+)
 from benchmarks.overhead import ArmSwitch, SwitchedProcessor
 from otel_mcp_replay import McpReplayInstrumentor, RedactingLogRecordExporter, RedactingSpanExporter
 
@@ -202,7 +210,7 @@ def run(quick: bool) -> Section:
 
 
 async def _run(quick: bool) -> Section:
-    section = Section("9. Python opcodes per clean call (exact: no load blurs them)")
+    section = Section("9. Python opcodes per clean call (exact: no load blurs them)", versions=versions())
     p = Pipeline()
     exporter, export_path, logs, log_path = p.exporter, p.export_path, p.logs, p.log_path
     counted: dict[str, Opcodes] = {}
@@ -296,9 +304,25 @@ class SwitchedLogProcessor(LogRecordProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
+def side_by_side(section: Section, counted: dict[str, Opcodes], added: dict[str, float]) -> None:
+    """The plugin beside the least an implementation could add (the skeleton, the floor), first."""
+    beside(section, "opcodes per call added over plain", lambda arm: f"{added[arm]:+,.0f}")
+    beside(section, "added / peer-added opcodes per call", lambda arm: f"{added[arm] / added['peer']:.3f}")
+    # The whole set-up has no floor arm: the skeleton's arm less its own Python stands in for it.
+    least = counted["skeleton-both"]
+    peer = counted["peer"].total
+    section.add(
+        "plugin, skeleton, the contract's SDK calls alone: (peer + it) / peer opcodes, the whole set-up",
+        f"plugin {counted['both'].total / peer:.3f}; skeleton {least.total / peer:.3f}; "
+        f"SDK calls {(least.total - least.skeleton - least.own) / peer:.3f}",
+    )
+
+
 def report(section: Section, counted: dict[str, Opcodes], suffix: str = "") -> None:
     plain = counted["plain"].total
     added = {arm: counted[arm].total - plain for arm in ARMS[1:]}
+    if not suffix:
+        side_by_side(section, counted, added)
     section.add(f"opcodes per call, plain{suffix}", f"{plain:,.0f}")
     for arm in ARMS[1:]:
         section.add(

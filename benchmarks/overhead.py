@@ -45,11 +45,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from benchmarks._common import (
     NoopExporter,
     Section,
+    beside,
     declared,
     median,
     percentile,
     section_main,
     server_process,
+    versions,
 )
 from benchmarks._floor import FloorTelemetry, telemetry_floor
 from benchmarks._skeleton import skeleton
@@ -121,7 +123,9 @@ def run(quick: bool) -> Section:
 
 async def _run(quick: bool) -> Section:
     rounds, per_block, warmup = (4, 50, 50) if quick else (20, 100, 200)
-    section = Section("1. Clean-path overhead (tools/call on loopback, server in its own process)")
+    section = Section(
+        "1. Clean-path overhead (tools/call on loopback, server in its own process)", versions=versions()
+    )
     exporter = NoopExporter()
     batch = BatchSpanProcessor(exporter)
     # As the configurator builds it: the plugin's records vouched for.
@@ -272,6 +276,17 @@ def _report(
     p50, p99 = percentile(plain, 50), percentile(plain, 99)
     added = added_cpu_us(cpu)
     section.add("plain p50 / p99; CPU per call", f"{p50:.3f} / {p99:.3f} ms; {median(cpu['plain']):.0f} us")
+    # The plugin beside the least an implementation of the contract could add, first.
+    beside(
+        section,
+        "p50 ratio to plain; added CPU per call",
+        lambda arm: f"{percentile(pooled[arm], 50) / p50:.3f}, {added[arm]:+.0f} us",
+    )
+    beside(
+        section,
+        "added / peer-added CPU per call, median over rounds",
+        lambda arm: f"{median(ratios):.2f}" if (ratios := round_ratios(cpu, arm, "peer")) else "n/a",
+    )
     names = {"peer": "peer (httpx2 instrumentor)", "plugin": "plugin", "both": "plugin + peer"}
     for arm, name in {**names, "floor": "floor", "skeleton": "skeleton"}.items():
         arm50, arm99 = percentile(pooled[arm], 50), percentile(pooled[arm], 99)
