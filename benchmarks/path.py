@@ -1,9 +1,9 @@
 """10. The path of one call: which plugin modules it calls into, in order, during one `call_tool`
-(issues 20, 32 and 44).
+(issues 20, 32, 44 and 55).
 
 Exact from run to run, like the opcodes: `sys.setprofile` sees every Python function call and
-return of the calling thread during one call on mcp 2.x (streamable HTTP, app-authorized, the
-server's 429 with `Retry-After: 0`, then its 200).
+return of the calling thread during one call on mcp 2.x (app-authorized, the server's 429 with
+`Retry-After: 0`, then its answer), in each era below.
 
 A real call is a function's frame started: a coroutine's (or generator's) first start is a call, its
 resumption after an await is not. A call's caller is the nearest plugin frame below it (by `f_back`,
@@ -32,10 +32,23 @@ before issue 44, which count a resumed coroutine as a call (each await of an exc
 through the loop into the wire): `path_with_resumptions`, `hops_with_resumptions` and
 `callbacks_with_resumptions` (issue 20's goal for those was at most 8 modules, 25 hops).
 
-Two eras of the same call (`ERAS`): `json`, the 2026-07-28 era, whose answer is one JSON body (the
-default), and `stream`, the legacy era, whose answer is an event stream the SDK's reader reads.
+Four eras of the same call (`ERAS`), each on mcp 2.x's `Client`, each call refused once with a 429
+(`Retry-After: 0`) and then answered, the tool run once after it (counted on the server):
+- `json`, the 2026-07-28 era over streamable HTTP, whose answer is one JSON body (the default);
+- `stream`, the legacy era over streamable HTTP, whose answer is an event stream the SDK's reader reads;
+- `sse`, the legacy SSE transport (the harness's "sse" app; the client opened on `sse_client`): the
+  POST gets a 202 and the answer comes on the session's event stream, which the server sends
+  SSE_ANSWER_AFTER_S late, after the client read the 202, as a tool that works a while answers;
+- `task`, a task-backed call (the MCP tasks extension, SEP-2663) as mcp 2.3's users run one: a
+  fastmcp server (with fastmcp-tasks) runs `search` as a task, and `Client.call_tool`, with
+  fastmcp-tasks' `TasksClientExtension`, has its claim resolver poll `tasks/get` to the end and
+  return the tool's result. The 429 refuses the creating `tools/call`, as in the other eras; the
+  server holds a poll until its task is done (_AnsweredWhenDone), so the call polls once, and the
+  poll (an exchange of its own, with its attempt) is in the path. Needs fastmcp-tasks (the tasks
+  environment, scripts/test-lines).
 
-Run: `python -m benchmarks.path [json|stream]` (prints the call path, then the figures as JSON).
+Run: `python -m benchmarks.path [json|stream|sse|task]` (prints the call path, then the figures as
+JSON).
 """
 
 from __future__ import annotations
@@ -43,10 +56,11 @@ from __future__ import annotations
 import gc
 import inspect
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp import Client
@@ -56,6 +70,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks._common import NoopExporter
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from harness.server import ServerHandle
 
 PACKAGE = "otel_mcp_replay"
 # Issue 44's goals.
@@ -68,8 +87,13 @@ ATTEMPT_OPENER: tuple[str, tuple[str, ...]] = ("attempt", ("open_attempt", "next
 # segment (the call is being settled, no longer attempted).
 CALL_SEAM = "patches.session"
 OUTSIDE = "(outside the plugin)"  # the caller of a call no plugin frame is below
-# The eras measured, each the client's connect mode: a JSON answer (2026-07-28), an event stream (legacy).
-ERAS = {"json": "2026-07-28", "stream": "legacy"}
+# The eras measured, each with the client's connect mode: a JSON answer (2026-07-28), an event
+# stream (legacy), the SSE transport (legacy), a task-backed call (2026-07-28).
+ERAS = {"json": "2026-07-28", "stream": "legacy", "sse": "legacy", "task": "2026-07-28"}
+# How late the SSE era's server sends an answer on its event stream (after the POST's 202).
+SSE_ANSWER_AFTER_S = 0.1
+# How long the task era's server holds a poll of a task still working (a task that returns at once).
+TASK_WAIT_S = 10.0
 
 
 def _append_collapsed(sequence: list[str], module: str) -> None:
@@ -256,22 +280,21 @@ async def profiled_call(client: Client) -> Path:
 
 async def measure(era: str = "json") -> Path:
     """The path of one call after a warm one, on a server of its own that throttles it once, in
-    `era` (ERAS): its answer one JSON body, or an event stream."""
+    `era` (ERAS)."""
     from harness.faults import Throttle
-    from harness.server import running_server
     from otel_mcp_replay import McpReplayInstrumentor
 
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(NoopExporter()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     instrumentor = McpReplayInstrumentor()
-    with running_server("streamable") as server:
+    with _served(era) as server:
         servers = {server.url: {"policy": "app-authorized", "tools": {"search": {"on": ["throttle"]}}}}
         instrumentor.instrument(
             tracer_provider=tracer_provider, meter_provider=meter_provider, servers=servers
         )
         try:
-            async with Client(server.url, mode=ERAS[era]) as client:
+            async with _client(era, server.url) as client:
                 await client.call_tool("search", {"query": "warm"})  # imports and caches filled
                 server.faults.add("search", Throttle("0"))
                 path = await profiled_call(client)
@@ -281,6 +304,129 @@ async def measure(era: str = "json") -> Path:
         finally:
             instrumentor.uninstrument()
     return path
+
+
+def _served(era: str) -> ServerHandle:
+    """The era's server, started: the harness's demo server (streamable HTTP, or the legacy SSE
+    transport), or for `task` a fastmcp server whose `search` runs as a task."""
+    from harness.server import running_server
+
+    if era == "task":
+        return _running_task_server()
+    if era == "sse":
+        return running_server("sse", middleware=_answering_after_the_post)
+    return running_server("streamable")
+
+
+def _answering_after_the_post(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware for the SSE transport: each answer its event stream carries leaves
+    SSE_ANSWER_AFTER_S late, as a tool that works a while answers, after the client read its POST's
+    202 (with the demo's instant tool, the two reached the client in either order, and the path
+    with them)."""
+
+    async def answering(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await app(scope, receive, send)
+            return
+
+        async def late(message: Message) -> None:
+            if message["type"] == "http.response.body" and b'"result"' in message.get("body", b""):
+                await anyio.sleep(SSE_ANSWER_AFTER_S)
+            await send(message)
+
+        await app(scope, receive, late)
+
+    return answering
+
+
+def _client(era: str, url: str) -> Client:
+    """mcp 2.x's Client as the era's users open it."""
+    if era == "sse":
+        from mcp.client.sse import sse_client
+
+        return Client(sse_client(url), mode="legacy")
+    if era == "task":
+        from fastmcp_tasks.client import TasksClientExtension
+
+        return Client(url, mode="2026-07-28", extensions=[TasksClientExtension()])
+    return Client(url, mode=ERAS[era])
+
+
+def _running_task_server() -> ServerHandle:
+    """A fastmcp server (with fastmcp-tasks) whose `search` runs as a task and returns at once, each
+    execution counted, served by the harness (its fault injector first): its polls held until the
+    task is done (_AnsweredWhenDone), so the call polls once, whatever the moment its task ends."""
+    from fastmcp import FastMCP
+    from fastmcp_tasks import TasksExtension
+
+    from harness.server import Counters, running_server
+
+    counters = Counters()
+    server = FastMCP("otel-mcp-replay-path")
+    server.add_extension(TasksExtension(url="memory://"))
+
+    @server.tool(task=True)
+    async def search(query: str) -> str:
+        counters.record_execution("search")
+        return f"3 results for {query!r}"
+
+    app = _AnsweredWhenDone(server.http_app(path="/mcp"))
+    return running_server(counters=counters, asgi=(app, "/mcp"))
+
+
+class _AnsweredWhenDone:
+    """An ASGI middleware: a `tasks/get` is answered once its task is no longer working (the app is
+    asked again until then, within TASK_WAIT_S), as a server holding its poll would. The number of
+    polls, and so the path, does not depend on when the task's worker ran it."""
+
+    _WORKING = re.compile(rb'"status"\s*:\s*"working"')
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:  # bounded by the request: its body ends
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        polled = b'"tasks/get"' in body
+        with anyio.move_on_after(TASK_WAIT_S if polled else None):
+            while True:
+                answer: list[Message] = []
+                await self.app(scope, _replayed(body), _kept(answer))
+                answered = b"".join(m.get("body", b"") for m in answer)
+                if not polled or not self._WORKING.search(answered):
+                    break
+                await anyio.sleep(0.005)
+        for message in answer:
+            await send(message)
+
+
+def _kept(messages: list[Message]) -> Send:
+    async def send(message: Message) -> None:
+        messages.append(message)
+
+    return send
+
+
+def _replayed(body: bytes) -> Receive:
+    """A receive that hands the app `body`, whole, then waits (as the server's own would)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return receive
 
 
 def main(argv: list[str]) -> int:

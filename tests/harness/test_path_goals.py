@@ -1,19 +1,23 @@
 """Issue 44's goals for the path of one call, as benchmark 10 (`benchmarks/path.py`) measures it: a
-tools/call on mcp 2.x (streamable HTTP, app-authorized) that the server refuses once with a 429
-(`Retry-After: 0`) and then answers, in both eras: its answer one JSON body (2026-07-28) or an event
-stream (legacy). Counted by real calls (a resumed coroutine is none): at most 45 hops between plugin
-modules, no call back into a module already on the stack, the law entered only by the policy within
-an attempt (every decision asked once: the wire reads the request's, it asks none), and for the JSON
-answer no module entered from two plugin modules within one attempt (with an event stream the attempt
-is told by the loop and by its stream, and the outcome's evidence read by the wire and the
-attempt: issue 55 goes on there). The definitions are benchmarks/path.py's. The
-profile runs in a process of its own, as the benchmark does: in one that ran other tests first, a
-finalizer of their leftovers (a vouched span let go) can run inside the profiled call.
+tools/call on mcp 2.x (app-authorized) that the server refuses once with a 429 (`Retry-After: 0`)
+and then answers, in each of its four eras (issue 55): its answer one JSON body (2026-07-28) or an
+event stream (legacy), the legacy SSE transport, and a task-backed call (SEP-2663, polled to its
+end). Counted by real calls (a resumed coroutine is none): at most 45 hops between plugin modules,
+no call back into a module already on the stack, the law entered only by the policy within an
+attempt (every decision asked once: the wire reads the request's, it asks none), and no module
+entered from two plugin modules within one attempt. Where an era does not meet a goal yet (issue 55
+goes on there), the test says what the measure finds: a module entered twice is skipped, naming
+it; more hops or a call back is a strict expected failure, so that meeting it is noticed. The
+definitions are benchmarks/path.py's. The profile runs in a process of its own, as the benchmark
+does: in one that ran other tests first, a finalizer of their leftovers (a vouched span let go) can
+run inside the profiled call. The task era needs fastmcp-tasks: it runs in the tasks environment
+(scripts/test-lines), and is skipped where fastmcp-tasks is not installed.
 """
 
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from typing import Any
 
 import pytest
@@ -24,10 +28,27 @@ LOOP = "patches.series"  # the module whose loop opens a tool call's attempts
 WIRE = "patches.wire"  # the module that tells what an attempt's exchange sent and got
 
 
+# The eras that do not meet a goal yet (issue 55 goes on there), with what the measure finds. Within
+# the answered attempt, a module entered from two plugin modules (the skip names them, as measured):
+# with an event stream, attempt <- {answers, patches.series} and evidence <- {attempt,
+# patches.wire}; on the SSE transport, attempt <- {call, patches.series} and the same evidence.
+ENTERED_TWICE = {"stream", "sse"}
+MORE_HOPS = {"sse": "47 hops", "task": "65 hops: the poll is an exchange of its own"}
+CALLBACKS = {"task": "tasks._task_status -> call.task_ended -> call._file -> tasks.discard"}
+
+
 @pytest.fixture(scope="module", params=sorted(ERAS))
 def era(request: pytest.FixtureRequest) -> str:
     name: str = request.param
+    if name == "task" and find_spec("fastmcp_tasks") is None:
+        pytest.skip("the task era needs fastmcp-tasks (the tasks environment, scripts/test-lines)")
     return name
+
+
+def expect_failure(request: pytest.FixtureRequest, gaps: dict[str, str], era: str) -> None:
+    """A goal `era` does not meet yet: its test must fail (strict), and says what it finds."""
+    if era in gaps:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{era}: {gaps[era]}"))
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +74,19 @@ def test_the_path_holds_the_attempts(path: dict[str, Any]) -> None:
     assert all(WIRE in segment["call_path"] for segment in segments), segments
 
 
-def test_at_most_45_hops(path: dict[str, Any]) -> None:
-    # The issue's number, not the benchmark's constant: a goal is not loosened by editing one file.
+def test_the_hops_are_counted(path: dict[str, Any]) -> None:
     assert path["hops"] == len(path["call_path"]) - 1
+
+
+def test_at_most_45_hops(path: dict[str, Any], era: str, request: pytest.FixtureRequest) -> None:
+    # The issue's number, not the benchmark's constant: a goal is not loosened by editing one file.
+    expect_failure(request, MORE_HOPS, era)
     assert path["hops"] <= 45, " -> ".join(path["call_path"])
 
 
 def test_no_module_entered_twice_within_an_attempt(path: dict[str, Any], era: str) -> None:
-    if era == "stream":
-        pytest.skip("with an event stream the attempt and evidence are entered from two modules still")
+    if era in ENTERED_TWICE and path["entered_twice"]:
+        pytest.skip(f"{era}, entered from two plugin modules: {'; '.join(path['entered_twice'])}")
     assert path["entered_twice"] == [], "\n".join(path["entered_twice"])
 
 
@@ -74,13 +99,16 @@ def test_the_law_is_asked_only_by_the_policy_within_an_attempt(path: dict[str, A
         assert set(segment["entered"].get("law", ["policy"])) == {"policy"}, segment
 
 
-def test_no_call_back_into_a_module_on_the_stack(path: dict[str, Any]) -> None:
+def test_no_call_back_into_a_module_on_the_stack(
+    path: dict[str, Any], era: str, request: pytest.FixtureRequest
+) -> None:
+    expect_failure(request, CALLBACKS, era)
     assert path["callbacks"] == 0, path["calls"]
 
 
 DOCS = ("docs/architecture.md", "benchmarks/README.md")
 MARK = "<!-- measured-path -->"  # the JSON answer's path
-MARKS = {"json": MARK, "stream": "<!-- measured-path: stream -->"}
+MARKS = {era: MARK if era == "json" else f"<!-- measured-path: {era} -->" for era in ERAS}
 
 
 def printed_path(text: str, mark: str = MARK) -> str:
