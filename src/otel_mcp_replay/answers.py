@@ -11,8 +11,8 @@ uses (pydantic's), whose cost per byte is small, and read as the SDK's models re
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from typing import Any, Final
 
 from otel_mcp_replay.evidence import Answer
 from otel_mcp_replay.lines import LINE
@@ -188,10 +188,22 @@ class EventWatch:
             on_end(error)
 
 
-class Listener(Protocol):
-    """Who a request's own event stream tells what it said of its answer (attempt.Attempt)."""
-
-    def heard(self, answer: Answer | None, *, cut: BaseException | None = None) -> None: ...
+def events_read(
+    watched: MutableMapping[Any, EventWatch],
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The SDK's reader of an event stream (lines.Line.event_reader), as it begins: a watched
+    response's events (`watched`, the HTTP seam's: patches/wire.py) are told to its watch one by one,
+    each before the SDK reads it, from what the SDK's own parser yields; any other reader passes
+    straight on."""
+    events = wrapped(*args, **kwargs)
+    if not watched:
+        return events
+    watch = watched.pop(instance.response, None)
+    return events if watch is None else watch.read(events)
 
 
 def answers_request(answer_id: object, request_id: object) -> bool:
@@ -201,29 +213,27 @@ def answers_request(answer_id: object, request_id: object) -> bool:
 
 
 class RequestWatch(EventWatch):
-    """A request's own event stream (patches/wire.py): its answer and its end, told to its
-    `listener` through the listener's own method (`heard`), once the exchange that got it is over
-    and the attempt it belongs to is known (a re-send of the client's is an attempt of its own).
-    Its end is told as a cut only when the client's error (`cuts`, its TransportError) says so: the
-    SDK's reader refusing the stream (its size cap, lines.Line.event_refused) is no cut."""
+    """A request's own event stream (patches/wire.py): the first answer it carried to the request
+    (`answer`) and, when it ended without one, whether it was cut (`cut`, the client's error: its
+    TransportError says so; the SDK's reader refusing the stream, its size cap,
+    lines.Line.event_refused, is no cut). It tells no one: its attempt reads it as it is settled,
+    so that the stream's news never calls into the attempt while the SDK reads."""
 
-    __slots__ = ("_cuts", "_request_id", "listener")
+    __slots__ = ("_cuts", "_request_id", "answer", "cut")
 
     def __init__(self, request_id: object, cuts: type[BaseException]) -> None:
         super().__init__(self._answered, self._stream_ended)
         self._request_id, self._cuts = request_id, cuts
-        self.listener: Listener | None = None  # its attempt's, told after the exchange
+        self.answer: Answer | None = None
+        self.cut: BaseException | None = None
 
     def _answered(self, answer_id: object, kind: Answer) -> None:
-        if self.listener is not None and answers_request(answer_id, self._request_id):
-            self.listener.heard(kind)
+        if self.answer is None and answers_request(answer_id, self._request_id):
+            self.answer = kind
 
     def _stream_ended(self, error: BaseException | None) -> None:
-        # Told once, and let go: the response (and so its watch) may outlive the call (mcp 1.x).
-        listener, self.listener = self.listener, None
-        cut = error if isinstance(error, self._cuts) and not isinstance(error, LINE.event_refused()) else None
-        if listener is not None:
-            listener.heard(None, cut=cut)
+        if isinstance(error, self._cuts) and not isinstance(error, LINE.event_refused()):
+            self.cut = error
 
 
 class Tee:

@@ -12,6 +12,7 @@ again of itself (an auth flow's re-send) is a new attempt, which `send` hands th
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Literal, Protocol
 
@@ -28,7 +29,9 @@ from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, cla
 from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import Declined, Permission
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
+from otel_mcp_replay.policy import Wait
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import DeclinedReason
@@ -47,18 +50,31 @@ class AttemptsOwner(Protocol):
     runtime: Runtime
     call_span: CallSpan  # its attempts' spans are children of the call's span
     ledger: RequestReplay  # its ledger, which its attempts write
-    attempt: Attempt | None  # the open one
+    attempt: Attempt | None  # the latest
+    request_id: object  # its JSON-RPC id
+    heard: Answer | None  # its answer, as its connection's own stream (legacy SSE) carried it
 
 
-def open_attempt(owner: AttemptsOwner, permission: Permission | None) -> Attempt:
-    """The request's next attempt, its span begun: repeated with `permission` (None: the first, or a
-    redirect's next hop, which continues the attempt it follows)."""
+async def open_attempt(owner: AttemptsOwner, after: Wait | None) -> Attempt | None:
+    """The request's next attempt, its span begun: the first (or a redirect's next hop, which
+    continues the attempt it follows), or a repeat once the policy's wait (`after`) is over, the
+    attempt before it closed then as repeated. None: its request ended during the wait (`abandon`
+    of the attempt before), and nothing more is sent."""
     attempt = owner.attempt
-    if permission is None and attempt is not None and attempt.state == "redirected":
-        attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
-        return attempt
-    attempt = owner.attempt = Attempt(owner, permission)
-    return attempt
+    if after is None:
+        if attempt is not None and attempt.state == "redirected":
+            attempt.state = "sending"  # the next hop of a followed redirect: the same attempt
+            return attempt
+        return Attempt(owner, None)
+    assert attempt is not None  # the one the policy decided on
+    if attempt.state == "exchanged":  # (else its request ended already)
+        event = attempt._repeat_due = anyio.Event()
+        with anyio.move_on_after(after.ms / 1000):
+            await event.wait()  # set by `abandon`: its request ended meanwhile
+    if attempt.state != "exchanged":
+        return None
+    attempt.close(after)
+    return Attempt(owner, after.permission)
 
 
 class Attempt:
@@ -70,8 +86,8 @@ class Attempt:
     ended_ns = 0  # the exchange's end: the span ends there, not after a wait
     wait_ms = 0
     declined: DeclinedReason | None = None
-    early: Answer | None = None  # an answer that beat the end of its exchange (SSE)
-    _answer_seen: anyio.Event | None = None  # made only by a cut SSE POST's wait
+    _answer_seen: anyio.Event | None = None  # made only by a cut SSE POST's wait for its answer
+    _repeat_due: anyio.Event | None = None  # made only by a wait before a repeat: set, it is given up
     hop_status = 0  # the redirect the client is following, while REDIRECTED
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     door: Door | None = None  # its request at the client's door (patches/wire.py), while sent
@@ -83,11 +99,18 @@ class Attempt:
     declined_on_cut: DeclinedReason | None = None  # why a cut of its stream is not repeated: the law's word
 
     def __init__(
-        self, owner: AttemptsOwner, permission: Permission | None, start_ns: int | None = None
+        self,
+        owner: AttemptsOwner,
+        permission: Permission | None,
+        start_ns: int | None = None,
+        outcome: Outcome | None = None,  # an exchange not sent through `send` (stdio, in-process)
     ) -> None:
         self.owner = owner
         self.permission = permission
         self.span = _span_of(owner, permission, start_ns)
+        owner.attempt = self  # its request's latest
+        if outcome is not None:
+            self._exchanged(outcome)
 
     # -- the steps the loop tells it --
 
@@ -124,18 +147,22 @@ class Attempt:
         if attempt.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
             attempt.state, attempt.outcome, attempt.ended_ns = "exchanged", got.outcome, time.time_ns()
             attempt.error, attempt.http_version, attempt.watch = got.error, got.version, got.watch
-            if got.watch is not None:  # its stream tells it what it says of the answer (`heard`)
-                got.watch.listener = attempt
-                if isinstance(sending.on_network, Declined):
-                    attempt.declined_on_cut = sending.on_network.reason
+            if got.watch is not None and isinstance(sending.on_network, Declined):
+                attempt.declined_on_cut = sending.on_network.reason  # a cut of its stream: not repeated
         return attempt, got
 
-    def close(self, wait_ms: int, declined: DeclinedReason | None, outcome: Outcome | None = None) -> None:
+    def close(self, decision: Wait | Declined | None) -> None:
+        """EXCHANGED -> DONE with the policy's decision: a wait (it was repeated after it: the next
+        attempt waited it out, `open_attempt`), why it is not repeated, or None (it did not fail);
+        or -> AWAITING when its answer is still to come on a stream."""
+        if isinstance(decision, Wait):
+            self._close(decision.ms, None)
+        else:
+            self._close(0, None if decision is None else decision.reason)
+
+    def _close(self, wait_ms: int, declined: DeclinedReason | None) -> None:
         """EXCHANGED -> DONE with the policy's decision (the wait before its repeat, or why none),
-        or -> AWAITING when its answer is still to come on a stream. `outcome`: an exchange not
-        sent through `send` (stdio, in-process: the call's own end is its outcome)."""
-        if outcome is not None:
-            self._exchanged(outcome)
+        or -> AWAITING when its answer is still to come on a stream."""
         if self.state != "exchanged":
             return  # a redirect the client follows, or cut short already
         self.wait_ms, self.declined = wait_ms, declined
@@ -148,12 +175,12 @@ class Attempt:
         body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
         if error is not None and not body_cut:
             self.error_type = type_name(error)
-        if outcome.effect != "none":
-            ledger.sent += 1
-            if outcome.failure == "network":  # (at an exchange's end: no whole response)
-                ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
+        if (
+            outcome.effect != "none" and outcome.failure == "network"
+        ):  # (at an exchange's end: no whole response)
+            ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
-            ledger.answer_came = True
+            ledger.answer = "error" if outcome.failure == "error" else "result"
         ledger.final_error = error  # the final error is the latest attempt's (None: a response)
         if not self.repeated and outcome.status and ledger.delivered is None and not body_cut:
             # The attempt the SDK was handed: the first word stands. A body cut is never handed on
@@ -161,65 +188,50 @@ class Attempt:
             ledger.delivered = outcome.status
         if outcome.effect is not None:
             self._done()
-        else:
-            self.state = "awaiting"
-            if self.early is not None:
-                self.heard(self.early)
+            return
+        self.state = "awaiting"
+        watch = self.watch
+        answer = watch.answer if watch is not None else None
+        if answer is not None or self.owner.heard is not None:  # it came already (read ahead, or SSE)
+            self._done(heard=True)
 
-    def heard(
-        self, answer: Answer | None, *, cut: BaseException | None = None, lost: bool | None = None
-    ) -> None:
-        """What a stream said of its answer (its own stream's watch, answers.RequestWatch, or its
-        call, of the connection's stream): `answer` came (AWAITING -> DONE; earlier, it is kept);
-        else its own stream ended before it (`cut`: was cut, and the law's word on repeating it is
-        the one its request was read with), and the client may resume it on a new stream where the
-        answer still comes, so it stays AWAITING until its request ends; or (`lost` not None) the
-        connection's own stream (SSE) ended (`lost`: was lost) before it: it never comes, and it is
-        settled now."""
-        if answer is not None:
-            self.owner.ledger.answer_came = True
-            if self.state != "awaiting":
-                self.early = answer
-                if self._answer_seen is not None:
-                    self._answer_seen.set()
-                return
-            self.outcome = self.outcome.after_stream(answer)
-            self._done()
-        elif lost is not None:
+    def heard(self, *, lost: bool | None = None) -> None:
+        """Its connection's own stream (legacy SSE) carried its request's answer, which its call
+        keeps (`heard`): a POST cut before its response waits for it no longer; or (`lost` not None)
+        that stream ended (`lost`: was lost) before it: it never comes, and it is settled now. What
+        its own event stream says, its watch keeps (answers.RequestWatch): both are read as it is
+        settled (`_done`), so that its stream's news never calls it meanwhile."""
+        if lost is not None:
             self.stream_cut = lost
             self.abandon()
-        elif self.state == "awaiting" and cut is not None:
-            if self.declined_on_cut is not None:
-                self.declined = self.declined_on_cut
-            self.owner.ledger.final_error = cut
-            self.stream_cut = True
+        elif self._answer_seen is not None:
+            self._answer_seen.set()
 
     def abandon(self) -> None:
         """Its request ended with it open: sent and unanswered, or never to be repeated."""
         if self.state == "redirected":  # the redirect was not followed after all
             self.state = "sending"
             self._exchanged(classify(self.hop_status, None))
-            self.close(0, None)
+            self._close(0, None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange: the caller's
             door = self.door
             attempt = self._resent() if door is not None and door.resends else self
             if door is None or not door.hops:
                 attempt._exchanged(classify(0, None, sent=False))  # never sent
-                attempt.close(0, None)
+                attempt._close(0, None)
                 return
             # Sent, and given up before any response: the caller's timeout is no failure below the
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
             attempt._exchanged(GIVEN_UP)
             attempt.owner.ledger.unanswered = True
-            attempt.close(0, "not-retryable")
-        elif self.state == "exchanged":
-            self.close(0, "budget")
+            attempt._close(0, "not-retryable")
+        elif self.state == "exchanged":  # its policy not yet told, or waiting to repeat it
+            self._close(0, "budget")
+            if self._repeat_due is not None:
+                self._repeat_due.set()
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
-            self.outcome = self.outcome.after_stream(None, cut=self.stream_cut)
-            if self.outcome.failure == "error" and self.declined is None:
-                self.declined = "not-retryable"  # a response without its answer: the law's `error`
-            self._done()
+            self._done(heard=True)
 
     # -- within --
 
@@ -227,15 +239,14 @@ class Attempt:
         """A POST cut after the server took it (legacy SSE): its answer may come on the connection's
         own stream all the same, within a grace; an answer seen is the answer, whichever was told
         first (the POST got none)."""
-        if self.early is None:
+        if self.owner.heard is None:
             self._answer_seen = anyio.Event()
             with anyio.move_on_after(SSE_ANSWER_GRACE_S):
                 await self._answer_seen.wait()
-        if self.early is None:
+        heard = self.owner.heard
+        if heard is None:
             return got
-        return Exchange(
-            got.outcome.after_stream(self.early), http.module.Response(202, request=request), None
-        )
+        return Exchange(got.outcome.after_stream(heard), http.module.Response(202, request=request), None)
 
     def _resent(self) -> Attempt:
         """The HTTP client sent this attempt's request again of itself (its auth flow, after a 401):
@@ -251,8 +262,8 @@ class Attempt:
             outcome = classify(status, "other")
             attempt._exchanged(outcome)
             attempt.ended_ns = at_ns
-            attempt.close(0, None)  # repeated, by the client: not declined
-            attempt = owner.attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
+            attempt._close(0, None)  # repeated, by the client: not declined
+            attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
             attempt.door = door
         return attempt
 
@@ -262,14 +273,33 @@ class Attempt:
         if self.state == "sending":  # (else cut short already: not this request's record)
             self.state, self.outcome, self.ended_ns, self.error = "exchanged", outcome, time.time_ns(), None
 
-    def _done(self) -> None:
+    def _done(self, *, heard: bool = False) -> None:
+        """-> DONE: its span ended, its row written, it is counted, once. `heard`: it was AWAITING its
+        answer, and what its streams said of it is read now: its own stream's watch (the answer, or
+        its cut), else its connection's (its call's `heard`); none: it never came."""
         self.state = "done"
         owner, outcome = self.owner, self.outcome
-        ledger = owner.ledger
+        ledger, route = owner.ledger, owner.call_span.route
+        # The HTTP client duration for its POST is its to record where the HTTP client
+        # instrumentation, suppressed under its span, no longer records it (asked first: what it
+        # calls of others follows).
+        timed = route is not None and route.endpoint is not None and http_instrumented()
+        if heard:  # (read here, where its end goes on: nothing of the attempt's is called after it)
+            watch = self.watch
+            answer = watch.answer if watch is not None else None
+            if answer is None:
+                answer = owner.heard
+            if answer is not None:
+                ledger.answer = answer
+            elif watch is not None and watch.cut is not None:  # its stream was cut before it
+                if self.declined_on_cut is not None:
+                    self.declined = self.declined_on_cut
+                ledger.final_error = watch.cut
+                self.stream_cut = True
+            outcome = self.outcome = outcome.after_stream(answer, cut=self.stream_cut and answer is None)
+            if answer is None and outcome.failure == "error" and self.declined is None:
+                self.declined = "not-retryable"  # a response without its answer: the law's `error`
         assert outcome.effect is not None
-        if owner.attempt is self:
-            owner.attempt = None
-        ledger.effect = SERIES_EFFECT[ledger.effect, outcome.effect]  # uncertainty survives
         attributes: Attributes = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
         status = outcome.status
         # The HTTP conventions' error.type: the status from 400, else the type of the error that
@@ -280,24 +310,22 @@ class Attempt:
         if outcome.failure is not None:
             attributes[t.FAILURE] = outcome.failure
             self.span.set_status(Status(StatusCode.ERROR))
-        if outcome.answered and outcome.failure == "error":
-            ledger.error_answered = True  # the server answered it with a JSON-RPC error
         if self.declined is not None:
             attributes[t.DECLINED] = self.declined
         if self.repeated:
             attributes[t.WAIT_MS] = self.wait_ms
         self.span.set_attributes(attributes)
         self.span.end(end_time=self.ended_ns or None)
-        route = owner.call_span.route
         started = getattr(self.span, "start_time", None)  # the SDK's span: the POST began there
-        if ledger.records_http_duration and route is not None and route.endpoint is not None and started:
-            # The HTTP client duration for its POST, which the HTTP client instrumentation,
-            # suppressed under its span, no longer records itself.
+        if timed and route is not None and started:
             seconds = max(self.ended_ns - started, 0) / 1e9
             http.record(seconds, route.post_metric_attributes, status, self.http_version, error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by
         ledger.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)
+        if outcome.effect != "none":
+            ledger.sent += 1
+        ledger.effect = SERIES_EFFECT[ledger.effect, outcome.effect]  # uncertainty survives
         metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: owner.tool}
         if outcome.failure is not None:
             metric[t.FAILURE] = outcome.failure
@@ -311,20 +339,30 @@ class Attempt:
             instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: owner.tool})
 
 
+_HTTP_INSTRUMENTATION = "opentelemetry.instrumentation.httpx"
+
+
+def http_instrumented() -> bool:
+    """Whether the installed line's HTTP client instrumentation is on (its instrumentor's singleton
+    says so; never imported here: an app that did not import it has none on)."""
+    module = sys.modules.get(_HTTP_INSTRUMENTATION)
+    instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
+    return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
+
+
 def _span_of(owner: AttemptsOwner, permission: Permission | None, start_ns: int | None) -> Span:
     """The span of the request's next attempt, begun now (or at `start_ns`): the HTTP client span
     of its POST."""
     ledger = owner.ledger
-    ledger.attempts += 1
     route = owner.call_span.route
     if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
         return trace.INVALID_SPAN
-    number = ledger.attempts  # a redirect's follow-up continues the numbering
+    number = len(ledger.rows) + 1
     # Its POST in the HTTP conventions in force (read once per route), then the replay's facts.
     attributes: Attributes = {
         **route.post_span_attributes,
         t.GEN_AI_TOOL_NAME: owner.tool,
-        t.JSONRPC_REQUEST_ID: str(ledger.id),
+        t.JSONRPC_REQUEST_ID: str(owner.request_id),
         t.ATTEMPT: number,
     }
     if number > 1 and route.resend_count is not None:

@@ -1,45 +1,57 @@
-"""One tool call: the request it sent, its attempts (attempt.py), its record, and how it ends.
+"""One tool call, and an app's call of rounds: the request it sent, its attempts (attempt.py), and
+how it ends.
 
-The rule: a call is given up (`abandon`) when the caller has its outcome or stopped waiting:
-nothing more is sent for it, and an attempt still open is settled as what is known of it. It ends
-in one place (`ended`): its record filed once, from its request's ledger (ledger.RequestReplay,
-which its attempts write and it only reads), its request's point of the operation duration, and
-its span's outcome (call_span.CallSpan.end), or its app's call's, which it is a round of
-(rounds.py). Nothing here reads a value of the call: no arguments, no result, no key, no URL path.
+The rule: a call ends in one place (`ToolCall.ended`), which reads its request's ledger
+(ledger.RequestReplay, which its attempts write and it only reads) once into its `Ending`: its record
+is filed from it, the repeat guard told, and its span's outcome and its point of the calls metric
+are built from it (call_span.CallSpan.end), or from its app's call's, whose rounds it is one of
+(SEP-2322: `AppCall`, one span and one count however many rounds). A call is given up (`abandon`)
+when the caller has its outcome or stopped waiting: nothing more is sent for it, and an attempt
+still open is settled as what is known of it. Nothing here reads a value of the call: no arguments,
+no result, no key, no URL path.
 """
 
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import answer_of
-from otel_mcp_replay.attempt import Attempt, open_attempt
-from otel_mcp_replay.call_span import (
-    CallSpan,
-    Route,
-    error_type,
-    record_operation,
-    type_name,
-)
+from otel_mcp_replay.attempt import Attempt
+from otel_mcp_replay.call_span import AppCall, CallSpan, Ending, Route, error_type, record_operation
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
 from otel_mcp_replay.call_span import route_of as route_of
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.endpoints import LOCAL_ENDPOINT, UNKNOWN_ENDPOINT
 from otel_mcp_replay.errors import UnknownEffectError, lost_answer
 from otel_mcp_replay.evidence import Answer, classify
-from otel_mcp_replay.guard import CONFIRMED
-from otel_mcp_replay.ledger import RequestReplay, series_effect
-from otel_mcp_replay.lines import LINE, http_instrumented, verdict_of
+from otel_mcp_replay.guard import CONFIRMED, CallGuard
+from otel_mcp_replay.law import NOT_RETRYABLE
+from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.record import RecordRefused, call_record
-from otel_mcp_replay.rounds import AppCall as AppCall
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect, TaskStatus
+
+
+class Task(Protocol):
+    """What a call reads of its task, when it is task-backed (tasks.CallTask)."""
+
+    @property
+    def hash(self) -> str: ...  # its id's keyed hash, as the record says it
+
+    @property
+    def status(self) -> TaskStatus: ...  # the last status seen of it
+
+    def let_go(self, call: ToolCall) -> None:
+        """`call` ended: its task's polls are no longer its."""
+
 
 # The call in progress in this context: set by the call_tool seam, read by the HTTP and stdio seams
 # (the SDK carries the context into the task that sends the request).
@@ -49,18 +61,6 @@ CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
 
 # The request id of a call none of whose requests was seen (its record and span say it).
 UNKNOWN_REQUEST_ID: Final = "unknown"
-
-
-class CallTask:
-    """A task-backed call's task (tasks.py): its id as the server named it (never exported), its
-    keyed hash as the record says it, the last status seen of it, and the error.type of a task that
-    ended failed or cancelled."""
-
-    __slots__ = ("failure", "hash", "id", "status")
-
-    def __init__(self, task_id: str, hashed: str, status: TaskStatus) -> None:
-        self.id, self.hash, self.status = task_id, hashed, status
-        self.failure: str | None = None
 
 
 class ToolCall:
@@ -73,24 +73,18 @@ class ToolCall:
 
     # What most calls never change starts as a class attribute (one store fewer per call each).
     # The request, once the HTTP seam saw it leave (bind):
+    request_id: object = None  # its JSON-RPC id
     declaration: Declaration | None = None
-    endpoint = UNKNOWN_ENDPOINT  # the declared label, else the origin: never a path
-    attempt: Attempt | None = None  # the open one
-    abandoned = False
-    _abandoned_event: anyio.Event | None = None  # made by the first wait that needs one
+    heard: Answer | None = None  # its answer, as its connection's own stream (legacy SSE) carried it
+    attempt: Attempt | None = None  # the latest
+    abandoned = False  # given up: nothing more is sent for it
     scope: anyio.CancelScope | None = None  # set while the seam can stop the call
     stopped_with: BaseException | None = None  # why the seam stopped the call, if it did
-    fingerprint: bytes | None = None  # the repeat guard's hash, for a changing call without its key
-    # What the guard remembered of it as it ended, for its store: True armed, False cleared.
-    guard_armed: bool | None = None
-    repeat_confirmed = False  # begun inside repeat_confirmed(): the repeat guard lets it go
+    guarded: CallGuard | None = None  # what the repeat guard knows of it, when it has a word on it
     _releases: list[Callable[[], object]] | None = None
     app_call: AppCall | None = None  # the app's call this is a round of, when the SDK drives rounds
-    round = 1  # its round (SEP-2322): 1 for the first, and for every call that is not a round
     refusal: Any = None  # the error status response the SDK was handed (its body may be a JSON-RPC error)
-    server_code: int | None = None  # the JSON-RPC error code the server failed it with, if it did
-    task: CallTask | None = None  # a task-backed call's task (tasks.py)
-    local = False  # it went another way than HTTP (stdio, in-process)
+    task: Task | None = None  # a task-backed call's task (tasks.py)
 
     def __init__(
         self,
@@ -105,39 +99,30 @@ class ToolCall:
         self.tool = tool
         self.session = session
         # Read here, in the caller's context: mcp 1.x sends the request from its transport's task.
-        if continues or CONFIRMED.get():
-            self.repeat_confirmed = True
+        if continues or CONFIRMED.get():  # the repeat guard lets it go
+            self.guarded = CallGuard(confirmed=True)
         self.started_ns = time.perf_counter_ns()  # its request's operation duration (a round's own)
         if app_call is None:
             self.call_span = CallSpan(runtime.tracer, tool)
-        else:  # a round of the app's call: its span, its next round number
+        else:  # a round of the app's call: its span
             self.app_call = app_call
-            self.round, self.call_span = app_call.next_round()
+            self.call_span = app_call.next_round()
         self.ledger = RequestReplay()
 
-    def bind(self, request_id: object, declaration: Declaration, endpoint: str, route: Route) -> None:
-        """The HTTP seam saw this call's request leave, under `declaration`, by `route`."""
-        self.declaration, self.endpoint = declaration, endpoint
-        ledger = self.ledger
-        ledger.id = request_id
-        ledger.records_http_duration = http_instrumented()
+    def bind(
+        self, request_id: object, declaration: Declaration | None = None, route: Route | None = None
+    ) -> None:
+        """Its request left under `request_id`: seen by the HTTP seam, under `declaration`, by
+        `route`; or (no declaration) by a way the HTTP seam does not see (stdio)."""
+        self.request_id = request_id
+        if declaration is None:
+            return
+        self.declaration = declaration
         self.call_span.route = route  # its span says it as the call ends, in one write
-        if self.session is not None:
-            self.runtime.session_endpoints[self.session] = (declaration, endpoint)
+        if self.session is not None and route is not None:
+            self.runtime.session_endpoints[self.session] = (declaration, route.record_endpoint)
 
     # -- what the seams tell it --
-
-    def sent_as(self, request_id: object) -> None:
-        """Its request left under `request_id` by a way the HTTP seam does not see (stdio)."""
-        self.ledger.id = request_id
-
-    def fingerprinted(self, fingerprint: bytes | None) -> None:
-        """The repeat guard's hash of it (a changing call without its key), told as it ends."""
-        self.fingerprint = fingerprint
-
-    def stoppable_in(self, scope: anyio.CancelScope) -> None:
-        """The SDK's call runs in `scope`, which `stop` cancels."""
-        self.scope = scope
 
     def refused_with(self, response: Any) -> None:
         """The series hands the SDK this error status response (its body is read as the call ends)."""
@@ -152,17 +137,21 @@ class ToolCall:
     # -- its answer, on the connection's own stream --
 
     def answered(self, kind: Answer) -> None:
-        """The answer to this call's request was seen on the connection's own stream (SSE)."""
-        if self.attempt is not None:
-            self.attempt.heard(kind)
-        else:
-            self.ledger.answer_came = True
+        """The answer to this call's request was seen on the connection's own stream (SSE), or on a
+        stream the client resumed for it: kept, for its attempt to read as it is settled; a POST
+        still exchanging (cut before its response) is told now, for it waits for this."""
+        if self.heard is None:
+            self.heard = kind
+        attempt = self.attempt
+        if attempt is not None and attempt.state == "sending":
+            attempt.heard()
 
     def connection_ended(self, cut: bool) -> None:
         """The connection's own stream (SSE) ended (`cut`: was lost) before this call's answer came:
         it never will."""
-        if self.attempt is not None:
-            self.attempt.heard(None, lost=cut)
+        attempt = self.attempt
+        if attempt is not None and attempt.state != "done":
+            attempt.heard(lost=cut)
 
     # -- giving up --
 
@@ -176,26 +165,13 @@ class ToolCall:
         """The call ended: a series waiting to repeat it stops waiting and sends nothing more, and
         an attempt still open is settled as what is known of it."""
         self.abandoned = True
-        if self._abandoned_event is not None:
-            self._abandoned_event.set()
         releases, self._releases = self._releases, None
         if releases is not None:
             for release in releases:
                 release()
-        if self.attempt is not None:
-            self.attempt.abandon()
-
-    async def wait_unless_abandoned(self, delay_ms: int) -> bool:
-        """Sleep `delay_ms`; False (at once) when the call is abandoned first, or already was."""
-        if self.abandoned:
-            return False
-        event = self._abandoned_event
-        if event is None:  # most calls never wait: the event is made only here
-            event = self._abandoned_event = anyio.Event()
-        with anyio.move_on_after(delay_ms / 1000):
-            await event.wait()
-            return False
-        return True
+        attempt = self.attempt
+        if attempt is not None and attempt.state != "done":
+            attempt.abandon()
 
     def stop(self, error: BaseException, *, declined: CallDeclinedReason | None = None) -> None:
         """The seam ends this call now, and only this call, with `error` (the SDK would wait for an
@@ -215,6 +191,8 @@ class ToolCall:
         # An event stream's missing answer is known only once its watch saw the SDK read it to the end.
         watch = attempt.watch if attempt is not None else None
         seen = watch is None or watch.ended
+        if attempt is not None and watch is not None and seen and attempt.state == "awaiting":
+            attempt.abandon()  # its stream is over: settled as what it said
         ledger = self.ledger
         if not self.abandoned and self.app_authorized and ledger.accepted_without_answer and seen:
             self.stop(ledger.final_error if ledger.final_error is not None else lost_answer())
@@ -222,51 +200,31 @@ class ToolCall:
     # -- the end --
 
     def completed(self, result: Any) -> None:
-        """The SDK returned `result`: settle, file the record, end the span."""
-        self.abandon()
-        verdict, claimed = verdict_of(result)
-        if self.app_call is not None and claimed:
-            # A client extension's own shape: its claim's resolver finishes it after this returns, so
-            # the round is filed as the app's call ends (AppCall.ended): failed if the resolver raised.
-            self.ended(verdict, None, filed=False)  # its request itself was answered
-            return
+        """The SDK returned `result`: it ends; a claimed result (a client extension's own shape,
+        whose resolver finishes it after this returns) ends as its app's call does (AppCall.ended),
+        its request timed now."""
+        if getattr(result, "result_type", None) == "input_required":  # SEP-2322: input asked first
+            verdict: CallVerdict = "input-required"
+        else:
+            is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
+            if is_error is None:
+                is_error = getattr(result, "isError", False)
+            verdict = "tool-error" if is_error is True else "completed"
+        app_call = self.app_call
+        if app_call is not None:
+            found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
+            if found is not None and not isinstance(
+                result, (found.CallToolResult, found.InputRequiredResult)
+            ):
+                self.abandon()  # its request is over: its attempts are settled
+                self.request_ended()
+                app_call.handed_on(self)
+                return
         self.ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
-    def settled(self, verdict: CallVerdict, *, may_have_run: bool = False) -> None:
-        """Its result came (`verdict` says how the call ended): file it; tell the repeat guard, and
-        nothing more (its request's end and its span's are told apart)."""
-        self.ended(verdict, None, may_have_run=may_have_run, request=False, ends=False)
-
-    def task_ended(self, verdict: CallVerdict, error: BaseException | None = None) -> None:
-        """Its task reached its terminal status (`verdict` says how; its task's `failure` its
-        error.type, `server_code` its JSON-RPC code), or its call failed with `error` while polling it
-        (an UnknownEffectError: it may have run): settled and ended, or with the app's call it is a
-        round of (rounds.py), whose span ends with this verdict. Its request was timed as it ended."""
-        if not self.call_span.span.is_recording():  # an outer span, which timed its creating request, ended
-            self.call_span.outlives_its_request(self.runtime.tracer, self.tool)
-        if error is not None:
-            failure_type: str | None = type_name(error)
-        else:
-            failure = self.task.failure if self.task is not None else None
-            failure_type = t.TOOL_ERROR if verdict == "tool-error" else failure
-        app_call = self.app_call
-        may_have_run = isinstance(error, UnknownEffectError)
-        self.ended(verdict, failure_type, may_have_run=may_have_run, request=False, ends=app_call is None)
-        if app_call is not None:  # filed: its app's call ends the span with this verdict
-            app_call.last, app_call.unfiled = (self, verdict), None
-            app_call.effect = series_effect(app_call.effect, self.effect)
-
-    @property
-    def effect(self) -> Effect:
-        """What is known of its effect: its request's (its ledger's); a task-backed call that ended
-        as one that may have run (its task's terminal status unseen): unknown, the task may run."""
-        if self.task is not None and self.ledger.may_have_run:
-            return "unknown"
-        return self.ledger.effect
-
     def failed(self, exc: BaseException) -> BaseException | None:
-        """The SDK's call ended with `exc`: settle and file. Returns what the caller sees instead of
-        `exc` (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
+        """The SDK's call ended with `exc`: it ends. Returns what the caller sees instead of `exc`
+        (None: `exc` itself). A caller's own cancellation or timeout is never replaced."""
         self.abandon()
         seen: BaseException | None = None
         ledger = self.ledger
@@ -283,13 +241,24 @@ class ToolCall:
             seen.__cause__ = ledger.final_error if ledger.final_error is not None else exc
         elif stopped is not None and not cancelled:
             seen = stopped  # the server's refusal, which the SDK would not have raised in time
-        self.server_code = self._server_code(exc) if seen is None else None
-        failure_type = error_type(seen or exc, self.server_code)
-        # Its request was attempted (one refused before it was sent is no request, and arms nothing).
-        self.ended(
-            "failed", failure_type, may_have_run=uncertain, request=bool(ledger.rows), guard=not refused
-        )
+        code = self._server_code(exc) if seen is None else None
+        if not ledger.rows:  # never attempted (refused before it was sent): no request to time
+            self.started_ns = 0
+        self.ended("failed", error_type(seen or exc, code), may_have_run=uncertain, code=code)
         return seen
+
+    def app_call_ended(self, error: BaseException | None, result: object) -> None:
+        """Its app's call ended with it handed on unended (a claimed result, or a task still open):
+        it ends now, failed if the app's call raised, else as its result says; a task's polls are
+        no longer its."""
+        if self.task is not None:
+            self.task.let_go(self)
+        if error is not None:
+            self.ended("failed", error_type(error))
+        elif getattr(result, "is_error", None) is True:
+            self.ended("tool-error", t.TOOL_ERROR)
+        else:
+            self.ended("completed", None)
 
     def _server_code(self, exc: BaseException) -> int | None:
         """The JSON-RPC error code of the SDK's `exc` when the server answered this call with that
@@ -298,7 +267,7 @@ class ToolCall:
         code = getattr(getattr(exc, "error", None), "code", None)
         if type(code) is not int or not isinstance(exc, LINE.error_base()):
             return None
-        if self.ledger.error_answered:
+        if self.ledger.answer == "error":
             return code
         refusal = self.refusal
         try:
@@ -308,101 +277,107 @@ class ToolCall:
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
 
+    def request_ended(self) -> None:
+        """Its request is over and the call goes on (a task, a claimed result): its point of the
+        operation duration now, once (`started_ns` 0: timed)."""
+        route = self.call_span.route
+        local = route is None and self.declaration is None  # it went another way than HTTP
+        http_version = self.ledger.http_version
+        record_operation(self.runtime, self.tool, self.started_ns, route, None, None, http_version, local)
+        self.started_ns = 0
+
     def ended(
         self,
         verdict: CallVerdict,
         failure_type: str | None,
         *,
         may_have_run: bool = False,
-        filed: bool = True,  # its record filed (from its ledger), once
-        guard: bool = True,  # the repeat guard told how it ended
-        request: bool = True,  # its request's point of the operation duration
-        ends: bool = True,  # its span's outcome written, and the span ended (or its app's call told)
+        code: int | None = None,
     ) -> None:
-        """The one end of a call, and of each part of it: its record, the repeat guard, its request's
-        operation point, its span (call_span.CallSpan.end, the call counted there) or, for a round,
-        its app's call told (rounds.AppCall.round_ended), which writes the span once."""
-        ledger = self.ledger
-        if filed:
-            self._file(verdict, may_have_run)
-            if guard and self.fingerprint is not None and self.runtime.guard is not None:
-                failed = verdict == "failed"
-                self.guard_armed = self.runtime.guard.ended(self.fingerprint, self.effect, failed=failed)
-        if request:
-            code = self.server_code if failure_type is not None else None
-            route, runtime = self.call_span.route, self.runtime
-            http_version = ledger.http_version
-            record_operation(
-                runtime, self.tool, self.started_ns, route, failure_type, code, http_version, self.local
-            )
-        if not ends:
-            return
-        if self.app_call is not None:
-            self.app_call.round_ended(self, verdict, filed=filed)
-            return
-        policy, effect = (self.declaration or COMPATIBILITY).policy, self.effect
-        outcome: dict[str, str | int | bool] = {
-            t.JSONRPC_REQUEST_ID: str(ledger.id),
-            t.POLICY: policy,
-            t.SENT: ledger.sent,
-            t.EFFECT: effect,
-            t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: ledger.may_have_run,
-        }
-        metric = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: self.tool}
-        code, http_version = self.server_code, ledger.http_version
-        self.call_span.end(self.runtime, metric, outcome, failure_type, code, http_version, self.local)
-
-    def _file(self, verdict: CallVerdict, may_have_run: bool) -> None:
-        """Its record, built from its ledger and filed once, vouched for to the redaction; a record
-        that cannot be filed never breaks the caller's call."""
-        ledger, task = self.ledger, self.task
-        ledger.may_have_run = may_have_run
-        if task is not None and self.session is not None:  # its task's polls end with it
-            open_calls = self.runtime.open_tasks.get(self.session)  # tasks.OpenCalls
-            if open_calls is not None:
-                open_calls.discard(self)
+        """The one end of a call, read in order: its `Ending`, read once from its ledger; its record
+        built from it and filed once, vouched for to the redaction (a record that cannot be filed
+        never breaks the caller's call); the repeat guard told; its request's point of the operation
+        duration, unless timed already; and its span's outcome and the calls metric built from it
+        (call_span.CallSpan.end), or, for a round, its app's call told, which ends the span once."""
+        endpoint, local = self._where(verdict)
+        self.abandon()  # (a call ended already, as it failed: nothing more to settle)
+        ledger, task, runtime, app_call = self.ledger, self.task, self.runtime, self.app_call
+        call_round = 1 if app_call is None else app_call.rounds  # (a round ends before the next begins)
+        # A task-backed call left before its task's end: unknown, its task may run on.
+        effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
+        if failure_type is None:
+            code = None
+        ending = Ending(
+            verdict,
+            effect,
+            (self.declaration or COMPATIBILITY).policy,
+            ledger.sent,
+            may_have_run,
+            UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
+            failure_type,
+            code,
+            ledger.http_version,
+            local,
+        )
         span = self.call_span.span
         try:
-            if self.declaration is None:
-                self._without_http(verdict)
             record = call_record(
-                policy=(self.declaration or COMPATIBILITY).policy,
-                sent=ledger.sent,
-                effect=self.effect,
+                policy=ending.policy,
+                sent=ending.sent,
+                effect=effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
-                endpoint=self.endpoint,
+                endpoint=endpoint,
                 tool=self.tool,
-                request_id=str(ledger.id),
+                request_id=ending.request_id,
                 rows=ledger.rows,
-                call_round=self.round,
+                call_round=call_round,
                 task=None if task is None else (task.hash, task.status),
             )
-            self.runtime.file_record(span, record)
+            runtime.file_record(span, record)
         except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
             span.add_event(t.RECORD_REFUSED_EVENT)
-            self.runtime.instruments.records_refused.add(1)
-        except Exception:  # the record must never break the caller's call
-            self.runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
-
-    def _without_http(self, verdict: CallVerdict) -> None:
-        """No HTTP request of this call was seen. Failed before anything left: nothing sent, effect
-        none, under its session's known policy and endpoint. Else it went another way (stdio,
-        in-process): one attempt, never repeated, as it ran."""
-        ledger = self.ledger
-        if ledger.id is None and verdict == "failed":
-            known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
-            if known is None:
-                known = (COMPATIBILITY, UNKNOWN_ENDPOINT)
-            self.declaration, self.endpoint = known
-            ledger.id = UNKNOWN_REQUEST_ID
+            runtime.instruments.records_refused.add(1)
+        except Exception:
+            runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
+        self.attempt = None  # its latest attempt, which refers back to it, let go with it
+        guard, guarded = runtime.guard, self.guarded
+        if guarded is not None and guarded.fingerprint is not None and guard is not None and ledger.rows:
+            # (a call refused before it was sent arms nothing)
+            guarded.armed = guard.ended(guarded.fingerprint, effect, failed=verdict == "failed")
+        if self.started_ns:
+            route = self.call_span.route
+            record_operation(
+                runtime, self.tool, self.started_ns, route, failure_type, code, ending.http_version, local
+            )
+        if app_call is None:
+            self.call_span.end(runtime, self.tool, ending)
             return
-        if ledger.id is None:
-            ledger.id = UNKNOWN_REQUEST_ID
-        self.endpoint, self.local = LOCAL_ENDPOINT, True
-        applied = verdict != "failed"
+        # A round: its app's call ends the span, with every round's sent and effect (counted once).
+        if app_call.pending is self:  # counted as it was handed on
+            app_call.pending = None
+        else:
+            app_call.sent += ending.sent
+        app_call.ending, app_call.continues = ending, verdict == "input-required"
+        app_call.effect = SERIES_EFFECT[app_call.effect, effect]  # uncertainty survives
+
+    def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
+        """Where its record says it went, and whether it went another way than HTTP. No HTTP request
+        of it seen: failed before anything left, under its session's known policy and endpoint
+        (nothing sent, effect none); else it went another way (stdio, in-process): one attempt,
+        never repeated, as it ran."""
+        route = self.call_span.route
+        if route is not None:
+            return route.record_endpoint, False
+        if self.declaration is not None:  # (bound with no route: never by the HTTP seam)
+            return UNKNOWN_ENDPOINT, False
+        if self.request_id is None and verdict == "failed":
+            known = self.runtime.session_endpoints.get(self.session) if self.session is not None else None
+            self.declaration, endpoint = known or (COMPATIBILITY, UNKNOWN_ENDPOINT)
+            return endpoint, False
         # No HTTP status: 0; the call's own end is its one attempt's outcome.
-        open_attempt(self, None).close(
-            0, None if applied else "not-retryable", classify(0, "result" if applied else "other")
+        failed = verdict == "failed"
+        Attempt(self, None, outcome=classify(0, "other" if failed else "result")).close(
+            NOT_RETRYABLE if failed else None
         )
+        return LOCAL_ENDPOINT, True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -22,7 +22,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.endpoints import SpanEndpoint
 from otel_mcp_replay.http_conventions import Attributes, HttpConventions
+from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import CallVerdict, Effect, Policy
 
 
 class Route(NamedTuple):
@@ -39,6 +41,7 @@ class Route(NamedTuple):
     post_span_attributes: Attributes
     post_metric_attributes: Attributes
     resend_count: str | None  # the attribute a repeat's resend count goes in (None: the vocabulary has none)
+    record_endpoint: str  # the endpoint its calls' records name: the declared label, else the origin
 
 
 # The call span's and the metric's attributes of a call that went another way than HTTP (stdio).
@@ -53,6 +56,7 @@ def route_of(
     endpoint: SpanEndpoint | None,
     protocol_version: str | None,
     session_id: str | None,
+    record_endpoint: str,
 ) -> Route:
     """The route of a request over HTTP: the session id (legacy era) is hashed, never held raw. The
     operation metric's attributes hold the conventions' operation too (the call span has it from
@@ -67,7 +71,23 @@ def route_of(
     if session_id is not None:
         spans[t.MCP_SESSION_ID] = hashed_session_id(session_key, session_id)
     post_span, post_metric = http.request(endpoint) if endpoint is not None else ({}, {})
-    return Route(endpoint, spans, metric, post_span, post_metric, http.resend_count)
+    return Route(endpoint, spans, metric, post_span, post_metric, http.resend_count, record_endpoint)
+
+
+class Ending(NamedTuple):
+    """How a call ended, in the record's words, made once where it ends (call.ToolCall.ended): its
+    record, its span's outcome and its point of the calls metric are all read from it."""
+
+    verdict: CallVerdict
+    effect: Effect
+    policy: Policy
+    sent: int
+    may_have_run: bool
+    request_id: str
+    failure_type: str | None  # error.type: the server's JSON-RPC code, the error's type, or tool_error
+    code: int | None  # the server's JSON-RPC error code, when it failed the call with one
+    http_version: str | None
+    local: bool  # it went another way than HTTP (stdio, in-process)
 
 
 class CallSpan:
@@ -91,31 +111,31 @@ class CallSpan:
             self.span = own_call_span(tracer, tool, self.span)
             self.owned, self.context = True, trace.set_span_in_context(self.span)
 
-    def end(
-        self,
-        runtime: Runtime,
-        metric: dict[str, str],  # the call's point of the calls metric: its verdict, effect, policy, tool
-        outcome: dict[str, str | int | bool],
-        failure_type: str | None,
-        code: int | None,
-        http_version: str | None,
-        local: bool,
-    ) -> None:
-        """The call (a call, or an app's call of rounds) ends with `outcome`, the record's words, as
-        span attributes a backend can query: its span written in one write, and the call counted once
-        in the calls metric. A span the plugin did not make (the outer instrumentation's) is written
-        the same, with the conventions' operation, and left for its maker to end: this runs inside
-        its maker's call, so before it ends it."""
+    def end(self, runtime: Runtime, tool: str, ending: Ending) -> None:
+        """The call (a call, or an app's call of rounds) ends as `ending` says: its outcome, the
+        record's words, as span attributes a backend can query, written in one write, and the call
+        counted once in the calls metric, both built here only. A span the plugin did not make (the
+        outer instrumentation's) is written the same, with the conventions' operation, and left for
+        its maker to end: this runs inside its maker's call, so before it ends it."""
         span = self.span
-        if failure_type is not None:
-            outcome[t.ERROR_TYPE] = failure_type
-            if code is not None:
-                outcome[t.RPC_RESPONSE_STATUS_CODE] = str(code)
+        verdict, effect, policy = ending.verdict, ending.effect, ending.policy
+        outcome: dict[str, str | int | bool] = {
+            t.JSONRPC_REQUEST_ID: ending.request_id,
+            t.POLICY: policy,
+            t.SENT: ending.sent,
+            t.EFFECT: effect,
+            t.VERDICT: verdict,
+            t.MAY_HAVE_RUN: ending.may_have_run,
+        }
+        if ending.failure_type is not None:
+            outcome[t.ERROR_TYPE] = ending.failure_type
+            if ending.code is not None:
+                outcome[t.RPC_RESPONSE_STATUS_CODE] = str(ending.code)
             span.set_status(Status(StatusCode.ERROR))  # never a description: it could quote the server
-        if http_version is not None:
-            outcome[t.NETWORK_PROTOCOL_VERSION] = http_version
+        if ending.http_version is not None:
+            outcome[t.NETWORK_PROTOCOL_VERSION] = ending.http_version
         route = self.route
-        where = route.span_attributes if route is not None else _LOCAL_ROUTE if local else None
+        where = route.span_attributes if route is not None else _LOCAL_ROUTE if ending.local else None
         if where is not None:
             outcome.update(where)
         if self.owned:
@@ -123,6 +143,7 @@ class CallSpan:
             span.end()
         else:
             span.set_attributes({**_CALL_OPERATION, **outcome})
+        metric = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: tool}
         runtime.instruments.calls.add(1, metric)
 
 
@@ -216,3 +237,76 @@ def hashed_session_id(key: bytes, session_id: str) -> str:
     """A session id as a span may hold it: a keyed hash, never the id (it authorises the session)."""
     digest = hmac.new(key, session_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
     return "h:" + digest[:16]
+
+
+class Round(Protocol):
+    """What an app's call reads of one of its rounds (call.ToolCall)."""
+
+    ledger: RequestReplay  # its request's
+
+    def app_call_ended(self, error: BaseException | None, result: object) -> None:
+        """Its app's call ended with it handed on unended: it ends now."""
+
+
+class AppCall:
+    """One `Client.call_tool` of the app's (mcp 2.x), which the SDK's round driver (SEP-2322) sends
+    as one `ClientSession.call_tool` per round: one call all the same. Its span is made by its first
+    round and holds every round's attempts and records; it ends, counted once in the calls metric,
+    when the app's call returns or raises, its verdict the final round's."""
+
+    # Class attributes until a round changes them (one store fewer per call each).
+    # Made by the first round and shared by all of them: a call that sent none has none.
+    call_span: CallSpan | None = None
+    rounds = 0
+    ending: Ending | None = None  # the latest round's, as it ended
+    # The latest round, handed on unended: a claimed result its client finishes, or a task still open.
+    pending: Round | None = None
+    effect: Effect = "none"  # of the whole call: unknown if any round's is, else applied if any
+    sent = 0  # requests sent over all its rounds
+    mismatched = False  # the latest round was rejected with HEADER_MISMATCH: the SDK resends it
+    # The latest round was answered with InputRequiredResult: the next one continues it, and is never
+    # a repeat of it.
+    continues = False
+
+    def __init__(self, runtime: Runtime, tool: str, arguments: object, session: object) -> None:
+        self.runtime, self.tool, self.arguments, self.session = runtime, tool, arguments, session
+
+    def next_round(self) -> CallSpan:
+        """A round begins: the span all its rounds share (its number is `rounds` now)."""
+        if self.call_span is None:
+            self.call_span = CallSpan(self.runtime.tracer, self.tool)
+        self.rounds += 1
+        return self.call_span
+
+    def handed_on(self, call: Round) -> None:
+        """Its round `call` returned unended (a claimed result, or a task still open): it ends as its
+        task does, else as the app's call does."""
+        self.pending, self.ending, self.continues = call, None, False
+        self.sent += call.ledger.sent
+        self.effect = SERIES_EFFECT[self.effect, call.ledger.effect]  # uncertainty survives
+
+    def ended(self, error: BaseException | None, result: object = None) -> Round | None:
+        """The app's call returned `result` (`error` None) or raised `error`: a round still pending
+        ends now (returned, for the repeat guard's store), then its span, counted once."""
+        call_span, pending = self.call_span, self.pending
+        if call_span is None:
+            return None  # no round began: nothing was sent, nothing to say
+        if pending is not None:  # the claim's resolver made the final result, or it raised
+            pending.app_call_ended(error, result)
+        ending = self.ending
+        if ending is None:  # not reached: every round ends (patches/session.py), but never leave a span open
+            if call_span.owned:
+                call_span.span.end()
+            return pending
+        self.ending = None  # its last round's ending let go with it
+        if error is not None:  # the final round's own failure, or what the SDK raised after it
+            ending = ending._replace(
+                verdict="failed",
+                failure_type=error_type(error, ending.code),
+                may_have_run=ending.may_have_run,
+            )
+        else:
+            code = ending.code if ending.verdict == "failed" else None  # its task failed with it
+            ending = ending._replace(may_have_run=False, code=code)
+        call_span.end(self.runtime, self.tool, ending._replace(sent=self.sent, effect=self.effect))
+        return pending

@@ -92,6 +92,20 @@ def repeat_confirmed() -> Iterator[None]:
         CONFIRMED.reset(token)
 
 
+class CallGuard:
+    """What the repeat guard knows of one call, held by the calls it has a word on only: whether its
+    caller was inside `repeat_confirmed()` as it began (`confirmed`: read then, in the caller's
+    context), its fingerprint (a changing call without its key), and what the guard remembered of it
+    as it ended, for its store (`armed`: True armed, False cleared, None nothing)."""
+
+    __slots__ = ("armed", "confirmed", "fingerprint")
+
+    def __init__(self, confirmed: bool) -> None:
+        self.confirmed = confirmed
+        self.fingerprint: bytes | None = None
+        self.armed: bool | None = None
+
+
 class RepeatGuard:
     """Fingerprints of calls that failed with their effect unknown, each remembered `window_s`."""
 

@@ -26,6 +26,7 @@ from opentelemetry.metrics import Counter, get_meter
 from opentelemetry.trace import get_tracer, get_tracer_provider
 from wrapt import wrap_function_wrapper
 
+from otel_mcp_replay import answers
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.config_file import OTEL_CONFIG_FILE, FileOptions
@@ -83,7 +84,7 @@ def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
         (LINE.http, "AsyncClient.build_request", functools.partial(http_send.built, builds)),
         # The SDK's event-stream reader: the answers are read from the events it yields.
-        (LINE.event_reader[0], LINE.event_reader[1], functools.partial(wire.events_read, http)),
+        (LINE.event_reader[0], LINE.event_reader[1], functools.partial(answers.events_read, http.watched)),
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]

@@ -9,13 +9,10 @@ langchain-mcp-adapters has httpx2 installed too.
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
-
-from otel_mcp_replay.telemetry import CallVerdict
 
 
 @dataclass(frozen=True)
@@ -120,29 +117,3 @@ def installed() -> Line:
 
 
 LINE = installed()
-
-_HTTP_INSTRUMENTATION = "opentelemetry.instrumentation.httpx"
-
-
-def http_instrumented() -> bool:
-    """Whether the installed line's HTTP client instrumentation is on (its instrumentor's singleton
-    says so; never imported here: an app that did not import it has none on)."""
-    module = sys.modules.get(_HTTP_INSTRUMENTATION)
-    instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
-    return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
-
-
-def verdict_of(result: object) -> tuple[CallVerdict, bool]:
-    """How a `ClientSession.call_tool` that returned `result` ended, and whether `result` is a
-    claim: a client extension's own shape (mcp 2.x), neither a CallToolResult nor an
-    InputRequiredResult, whose claim's resolver finishes it after the session's call returned."""
-    if getattr(result, "result_type", None) == "input_required":  # SEP-2322: input asked first
-        verdict: CallVerdict = "input-required"
-    else:
-        is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
-        if is_error is None:
-            is_error = getattr(result, "isError", False)
-        verdict = "tool-error" if is_error is True else "completed"
-    found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
-    claim = found is not None and not isinstance(result, (found.CallToolResult, found.InputRequiredResult))
-    return verdict, claim

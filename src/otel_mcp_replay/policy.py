@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from otel_mcp_replay.declaration import Declaration
@@ -105,7 +104,7 @@ class RetryBudgets:
     (a forgotten endpoint starts again with a full bucket).
     """
 
-    __slots__ = ("_budgets", "_drawn", "_lock", "_retry_budget")
+    __slots__ = ("_budgets", "_lock", "_retry_budget", "drawn")
 
     def __init__(self, retry_budget: tuple[int, float] | None) -> None:
         if retry_budget is not None:
@@ -114,20 +113,21 @@ class RetryBudgets:
         self._budgets: OrderedDict[str, RetryBudget] = OrderedDict()
         # The endpoints whose bucket is below full: an answer from any other is charged nothing,
         # and its bucket is not looked up (a full bucket forgotten is the full bucket made again).
-        self._drawn: set[str] = set()
+        # The loop reads it (without the lock, as `charge` does) so that an answer costs no call.
+        self.drawn: set[str] = set()
         self._lock = threading.Lock()
 
     def charge(self, key: str, outcome: Outcome) -> None:
         """Endpoint `key`'s bucket told what one attempt came to (`RetryBudget.charge`)."""
         if self._retry_budget is None:
             return
-        if outcome.failure is None and key not in self._drawn:
+        if outcome.failure is None and key not in self.drawn:
             return  # an answer (or an attempt never sent) to a full bucket: it stays full
         with self._lock:  # the bucket and the drawn set change together
             if self._budget(key).charge(outcome):
-                self._drawn.discard(key)
+                self.drawn.discard(key)
             else:
-                self._drawn.add(key)
+                self.drawn.add(key)
 
     def for_endpoint(self, key: str) -> RetryBudget | None:
         """The budget shared by every call to endpoint `key`; None when the retry budget is off."""
@@ -159,7 +159,7 @@ class RetryBudgets:
             budget = self._budgets[key] = RetryBudget(*self._retry_budget)
             if len(self._budgets) > ENDPOINTS_KEPT:
                 forgotten, _ = self._budgets.popitem(last=False)
-                self._drawn.discard(forgotten)
+                self.drawn.discard(forgotten)
         else:
             self._budgets.move_to_end(key)
         return budget
@@ -169,9 +169,9 @@ class RetryBudgets:
             return len(self._budgets)
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Repeat after `ms`, under `permission` (None: a protocol request's repeat, recorded nowhere)."""
+class Wait(NamedTuple):
+    """Repeat after `ms`, under `permission` (None: a protocol request's repeat, recorded nowhere).
+    A named tuple: one is made per repeat, and it is built in C."""
 
     ms: int
     permission: Permission | None
@@ -197,6 +197,10 @@ class ReplayPolicy(NamedTuple):
         here, was charged for this attempt by the loop (`RetryBudgets.charge`) before it asked."""
         if outcome.failure is None:  # it did not fail (or was never sent): nothing to repeat
             return None, self
+        # What the budgets allow, read before the law is asked: its word is the last thing read.
+        wait = self._next_wait_ms(outcome.server_wait_ms, rng)
+        budget = self.endpoint_budget
+        spent = wait is None or (budget is not None and not budget.allows_repeat())
         decision = (
             self.on_network
             if outcome.failure == "network" and self.on_network is not None
@@ -212,9 +216,7 @@ class ReplayPolicy(NamedTuple):
         )
         if isinstance(decision, Declined):
             return decision, self
-        wait = self._next_wait_ms(outcome.server_wait_ms, rng)
-        budget = self.endpoint_budget
-        if wait is None or (budget is not None and not budget.allows_repeat()):
+        if spent or wait is None:
             return BUDGET, self
         return Wait(wait, decision.permission), self._replace(
             attempts=self.attempts + 1, waited_ms=self.waited_ms + wait

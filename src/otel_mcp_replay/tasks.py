@@ -23,18 +23,43 @@ import anyio
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt
-from otel_mcp_replay.call import CallTask, ToolCall
-from otel_mcp_replay.call_span import CallSpan
+from otel_mcp_replay.call import ToolCall
+from otel_mcp_replay.call_span import CallSpan, type_name
 from otel_mcp_replay.errors import UnknownEffectError, foreign_task_answer
+from otel_mcp_replay.evidence import Answer
 from otel_mcp_replay.ledger import RequestReplay
-from otel_mcp_replay.lines import LINE, http_instrumented
+from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.runtime import Runtime
+from otel_mcp_replay.telemetry import CallVerdict
 
 # The open task-backed calls one session keeps: past it, the oldest (a task handle its app never
 # drove to the end) ends as one its app left.
 MAX_OPEN_PER_SESSION: Final = 1024
 # error.type of a task that failed without a JSON-RPC code (the spec gives one; a server may not).
 _NO_CODE: Final = "_OTHER"
+
+
+class CallTask:
+    """A task-backed call's task: its id as the server named it (never exported), its keyed hash as
+    the record says it, the last status seen of it, the error.type and JSON-RPC code of a task that
+    ended failed or cancelled, and the open calls of its session it is one of."""
+
+    __slots__ = ("code", "failure", "hash", "id", "open_calls", "status")
+
+    def __init__(self, task_id: str, hashed: str, status: t.TaskStatus, open_calls: OpenCalls) -> None:
+        self.id, self.hash, self.status, self.open_calls = task_id, hashed, status, open_calls
+        self.failure: str | None = None
+        self.code: int | None = None
+
+    def let_go(self, call: ToolCall) -> None:
+        """`call` ended: its task's polls are no longer its."""
+        self.open_calls.discard(call)
+
+
+def _task(call: ToolCall) -> CallTask | None:
+    """`call`'s task, as this module made it (call.Task is what the call reads of it)."""
+    task = call.task
+    return task if isinstance(task, CallTask) else None
 
 
 def task_of(result: object) -> tuple[str, t.TaskStatus] | None:
@@ -84,13 +109,14 @@ class OpenCalls:
 
     def discard(self, call: ToolCall) -> None:
         """`call` ended: its task's polls are no longer its."""
-        if call not in self._oldest_first or call.task is None:
+        task = _task(call)
+        if call not in self._oldest_first or task is None:
             return
         del self._oldest_first[call]
-        calls = self._by_task[call.task.id]
+        calls = self._by_task[task.id]
         calls.remove(call)
         if not calls:
-            del self._by_task[call.task.id]
+            del self._by_task[task.id]
 
     def __contains__(self, call: object) -> bool:
         return call in self._oldest_first
@@ -108,15 +134,14 @@ def opened(runtime: Runtime, call: ToolCall, result: object) -> list[ToolCall] |
     call.abandon()  # its request is over: its attempts are settled
     task_id, status = found
     runtime.task_ids.saw(task_id)  # a credential to the redaction from now on
-    call.task = CallTask(task_id, hashed_task_id(runtime.session_key, task_id), status)
     calls = runtime.open_tasks.get(session)
     if calls is None:
         calls = runtime.open_tasks[session] = OpenCalls()
+    call.task = CallTask(task_id, hashed_task_id(runtime.session_key, task_id), status, calls)
     oldest = calls.add(call, task_id)
-    app_call = call.app_call
-    call.ended("completed", None, filed=False, ends=False)  # its creating request: its operation point
-    if app_call is not None:  # its app's call files it if no poll of its does (AppCall.ended)
-        app_call.round_ended(call, "completed", filed=False)
+    call.request_ended()  # its creating request: its operation point
+    if call.app_call is not None:  # its app's call ends it if no poll of its does (AppCall.ended)
+        call.app_call.handed_on(call)
     if oldest is None:
         return []
     left(oldest)
@@ -135,8 +160,28 @@ def left(call: ToolCall) -> None:
     """Its app left `call` open (its session closed, or the bound on open calls let it go) before its
     task's terminal status was seen: it ends failed, as one that may have run (the task may still
     run), with the last status seen."""
-    task = call.task
-    call.task_ended("failed", UnknownEffectError(call.tool, task_id=task.id if task is not None else None))
+    task = _task(call)
+    task_ended(call, "failed", UnknownEffectError(call.tool, task_id=task.id if task is not None else None))
+
+
+def task_ended(call: ToolCall, verdict: CallVerdict, error: BaseException | None = None) -> None:
+    """`call`'s task reached its terminal status (`verdict` says how; its task's `failure` its
+    error.type, `code` its JSON-RPC code), or its call failed with `error` while polling it (an
+    UnknownEffectError: it may have run): it ends (ToolCall.ended), or with the app's call it is a
+    round of, whose span ends with this verdict. Its request was timed as it ended."""
+    call_span = call.call_span
+    if not call_span.span.is_recording():  # an outer span, which timed its creating request, ended
+        call_span.outlives_its_request(call.runtime.tracer, call.tool)
+    task = _task(call)
+    if error is not None:
+        failure_type: str | None = type_name(error)
+    else:
+        failure = task.failure if task is not None else None
+        failure_type = t.TOOL_ERROR if verdict == "tool-error" else failure
+    code = task.code if task is not None else None
+    if task is not None:  # its task's polls end with it
+        task.open_calls.discard(call)
+    call.ended(verdict, failure_type, may_have_run=isinstance(error, UnknownEffectError), code=code)
 
 
 def session_closed(runtime: Runtime, session: object) -> list[ToolCall]:
@@ -155,18 +200,13 @@ class TaskPoll:
     written to a ledger of its own (a poll files no record)."""
 
     attempt: Attempt | None = None
+    request_id: object = None  # its JSON-RPC id, once the HTTP seam saw it leave
+    heard: Answer | None = None  # (no connection's stream carries a poll's answer: 2026-07-28 era)
 
     def __init__(self, runtime: Runtime, call: ToolCall) -> None:
         self.runtime, self.call, self.tool = runtime, call, call.tool
         self.call_span: CallSpan = call.call_span
         self.ledger = RequestReplay()
-        self.ledger.records_http_duration = call.call_span.route is not None and http_instrumented()
-
-    async def wait_unless_abandoned(self, delay_ms: int) -> bool:
-        """Sleep `delay_ms` before the next attempt (a poll is of the 2026-07-28 era, whose caller's
-        cancel cancels the scope of the POST this wait runs in)."""
-        await anyio.sleep(delay_ms / 1000)
-        return True
 
 
 # The poll being sent in this context (the SDK carries the context into the task that POSTs it).
@@ -178,8 +218,8 @@ CURRENT_POLL: contextvars.ContextVar[TaskPoll | None] = contextvars.ContextVar(
 def _still_open(call: ToolCall) -> bool:
     """`call` is open yet: no other poll of its task (a handle's `status()` beside its `result()`)
     ended it meanwhile, nor its app's call, nor its session closing."""
-    calls = call.runtime.open_tasks.get(call.session) if call.session is not None else None
-    return calls is not None and call in calls
+    task = _task(call)
+    return task is not None and call in task.open_calls
 
 
 def status_seen(call: ToolCall, result: object) -> BaseException | None:
@@ -188,40 +228,39 @@ def status_seen(call: ToolCall, result: object) -> BaseException | None:
     read, and the call fails as when polling fails. Returns what the caller sees instead of `result`
     (None: `result` itself)."""
     status = getattr(result, "status", None)
-    task = call.task
+    task = _task(call)
     if status not in t.TASK_STATUSES or not _still_open(call) or task is None:
         return None  # no task's answer, or another's ended it: nothing more to say
     named = getattr(result, "task_id", None)
     if type(named) is str and named != task.id:  # the server's mix-up: never this task's verdict
         error = UnknownEffectError(call.tool, task_id=task.id)  # its status could not be read
         error.__cause__ = foreign_task_answer()
-        call.task_ended("failed", error)
+        task_ended(call, "failed", error)
         return error
-    calls = call.runtime.open_tasks.get(call.session)
-    for each in calls.of(task.id) if calls is not None else ():
+    for each in task.open_calls.of(task.id):
         _task_status(each, status, result)
     return None
 
 
 def _task_status(call: ToolCall, status: t.TaskStatus, result: object) -> None:
     """`call`'s task was seen with `status`: the last status seen; a terminal status ends the call."""
-    task = call.task
+    task = _task(call)
     assert task is not None  # an open task-backed call's
     task.status = status
     if status == "completed":
         inline = getattr(result, "result", None)
         is_error = inline.get("isError") if type(inline) is dict else getattr(inline, "is_error", None)
-        call.task_ended("tool-error" if is_error is True else "completed")
+        task_ended(call, "tool-error" if is_error is True else "completed")
     elif status == "failed":
         error = getattr(result, "error", None)
         code = error.get("code") if type(error) is dict else getattr(error, "code", None)
         if type(code) is int:
-            call.server_code = code
+            task.code = code
         task.failure = str(code) if type(code) is int else _NO_CODE
-        call.task_ended("failed")
+        task_ended(call, "failed")
     elif status == "cancelled":
         task.failure = t.TASK_CANCELLED
-        call.task_ended("failed")
+        task_ended(call, "failed")
 
 
 def poll_failed(call: ToolCall, poll: TaskPoll, exc: BaseException) -> BaseException | None:
@@ -230,12 +269,13 @@ def poll_failed(call: ToolCall, poll: TaskPoll, exc: BaseException) -> BaseExcep
     if not _still_open(call):
         return None
     if isinstance(exc, anyio.get_cancelled_exc_class()) or LINE.is_callers_timeout(exc):
-        call.task_ended("failed", exc)  # it stopped waiting: the task may run on
+        task_ended(call, "failed", exc)  # it stopped waiting: the task may run on
         return None
-    error = UnknownEffectError(call.tool, task_id=call.task.id if call.task is not None else None)
+    task = _task(call)
+    error = UnknownEffectError(call.tool, task_id=task.id if task is not None else None)
     final_error = poll.ledger.final_error
     error.__cause__ = final_error if final_error is not None else exc
-    call.task_ended("failed", error)
+    task_ended(call, "failed", error)
     return error
 
 

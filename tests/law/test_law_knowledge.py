@@ -9,11 +9,13 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.attempt import Attempt, open_attempt
+from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import COMPATIBILITY, Declaration
 from otel_mcp_replay.evidence import NO_RESPONSE, NOT_SENT, Outcome, classify
+from otel_mcp_replay.law import BUDGET
 from otel_mcp_replay.ledger import RequestReplay, series_effect
+from otel_mcp_replay.policy import Wait
 from otel_mcp_replay.runtime import Instruments, Runtime
 from otel_mcp_replay.telemetry import Effect
 
@@ -142,10 +144,11 @@ def a_call(*, app_authorized: bool = False) -> ToolCall:
 
 
 def came_to(call: ToolCall, outcome: Outcome, *, repeated: bool = False) -> Attempt:
-    """One attempt of `call`, through the attempt's own steps: exchanged as `outcome`, then
-    repeated (the policy's word: a wait) or handed to the SDK (a failure declined by the budget)."""
-    attempt = open_attempt(call, None)
-    attempt.close(0, None if repeated or outcome.failure is None else "budget", outcome)
+    """One attempt of `call`, through the attempt's own steps: exchanged as `outcome` (an exchange
+    not sent through `send`), then closed as repeated (the policy's word: a wait) or handed to the
+    SDK (a failure declined by the budget)."""
+    attempt = Attempt(call, None, outcome=outcome)
+    attempt.close(Wait(0, None) if repeated else BUDGET if outcome.failure is not None else None)
     return attempt
 
 
@@ -156,7 +159,7 @@ def test_facts_count_what_was_sent() -> None:
     assert call.ledger.sent == 0
     came_to(call, NO_RESPONSE, repeated=True)
     came_to(call, classify(200, "result"))
-    assert call.ledger.sent == 2 and call.ledger.delivered == 200 and call.ledger.answer_came
+    assert call.ledger.sent == 2 and call.ledger.delivered == 200 and call.ledger.answer is not None
 
 
 def test_under_compatibility_nothing_is_uncertain() -> None:
@@ -170,7 +173,7 @@ def test_an_attempt_without_a_response_makes_an_app_authorized_call_uncertain() 
     came_to(call, NO_RESPONSE, repeated=True)
     # A later error answer does not undo the attempt that lacked one.
     came_to(call, classify(200, "error"))
-    assert call.ledger.answer_came and call.ledger.uncertain(call.app_authorized)
+    assert call.ledger.answer is not None and call.ledger.uncertain(call.app_authorized)
 
 
 def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
@@ -178,7 +181,9 @@ def test_a_2xx_whose_answer_never_came_is_accepted_without_answer() -> None:
     attempt = came_to(call, classify(200, "later"))  # its answer is still to come on the stream
     assert call.ledger.delivered == 200
     assert call.ledger.accepted_without_answer and call.ledger.uncertain(call.app_authorized)
-    attempt.heard("result")
+    call.answered("result")  # its connection's stream carried it (the call keeps it)
+    attempt.abandon()  # its request ended: the attempt is settled as what its streams said
+    assert call.ledger.answer == "result" and call.ledger.effect == "applied"
     assert not call.ledger.accepted_without_answer and not call.ledger.uncertain(call.app_authorized)
 
 

@@ -33,9 +33,9 @@ from wrapt import wrap_function_wrapper
 
 from harness.client import http
 from harness.sdk import LINE as SDK_LINE
-from otel_mcp_replay.answers import EventWatch
+from otel_mcp_replay.answers import EventWatch, events_read
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.patches.wire import HttpLibrary, answers_request, events_read, until_answer
+from otel_mcp_replay.patches.wire import HttpLibrary, answers_request, until_answer
 
 if SDK_LINE == 2:
     import mcp_types as types
@@ -140,7 +140,7 @@ def library() -> Iterator[HttpLibrary]:
     """The SDK's event-stream reader wrapped by the plugin's seam, as instrument() wraps it."""
     library = HttpLibrary.of(http)
     module, name = LINE.event_reader
-    wrap_function_wrapper(module, name, functools.partial(events_read, library))
+    wrap_function_wrapper(module, name, functools.partial(events_read, library.watched))
     try:
         yield library
     finally:

@@ -48,7 +48,7 @@ class SteppingTracer(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         call = CURRENT_CALL.get()
         if (
             call is not None
-            and call.ledger.id is None  # its request not yet sent: this is it
+            and call.request_id is None  # its request not yet sent: this is it
             and name == self._self_span_name
             and kwargs.get("kind") is SpanKind.CLIENT
         ):

@@ -93,10 +93,11 @@ def _post(
         sse, streamable = None, True
         body = _json_body(http, builds, request)
     else:
-        # A message POST of a legacy-SSE connection: to the endpoint its stream announced.
-        connections = seam.connections
-        sse = connections.stream_for(instance, str(request.url)) if connections.by_client else None
         accept, content_type = _accept_and_content_type(request.headers)
+        # A message POST of a legacy-SSE connection: to the endpoint its stream announced (looked up
+        # here, where the request is read, so that nothing of this seam is called after it).
+        posts = seam.connections.by_client.get(id(instance))
+        sse = posts.get(str(request.url)) if posts else None
         # The streamable-HTTP transport's signature: both media types in Accept (the spec requires it).
         streamable = b"text/event-stream" in accept and b"application/json" in accept
         if call is None and sse is None and not streamable and (carriage is None or not carriage.requests):
@@ -162,7 +163,7 @@ def _request(
     if (
         call is not None
         and target.tool == call.tool
-        and (call.declaration is None or call.ledger.id == target.request_id)
+        and (call.declaration is None or call.request_id == target.request_id)
     ):
         return tool_series(seam, call, req)
     # A tools/call outside call_tool (send_request, or a call begun before instrument()): the law

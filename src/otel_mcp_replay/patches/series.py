@@ -23,11 +23,10 @@ from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.call_span import Route, route_of
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnavailableError
+from otel_mcp_replay.guard import CallGuard
 from otel_mcp_replay.law import (
-    BUDGET,
     Decision,
     Declined,
-    Permission,
     Target,
     permit_on_network,
     target_of,
@@ -119,7 +118,7 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
         sse.waiting[request_id] = call
         call.when_ended(functools.partial(sse.waiting.pop, request_id, None))
     try:
-        got = await _attempts(seam, call, req, origin, call.wait_unless_abandoned)
+        got = await _attempts(seam, call, req, origin)
     except BaseException:
         if sse is not None:
             sse.waiting.pop(request_id, None)
@@ -132,7 +131,8 @@ async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origi
     and the call is stopped with why."""
     runtime, http, sse, declaration, target = seam.runtime, seam.http, req.sse, req.declaration, req.target
     endpoint = sse.endpoint if sse is not None else declaration.label or origin
-    call.bind(req.body["id"], declaration, endpoint, _route(runtime, call, req.request, req.url, sse))
+    route = _route(runtime, call, req.request, req.url, sse, endpoint)
+    call.bind(req.body["id"], declaration, route)
     if (
         req.streamable
         and sse is None
@@ -158,8 +158,8 @@ async def poll_series(seam: HttpSeam, poll: TaskPoll, req: SeamRequest) -> Any:
     """A task's poll (`tasks/get`) of a task-backed call (tasks.py): its attempts under the call's
     span, repeated as the law says of a pure read (`req.target` is TASK_POLL); a poll that got no
     response at all is failed alone, never its session (the SDK would tear the transport down)."""
-    poll.ledger.id = req.body["id"]
-    got = await _attempts(seam, poll, req, seam.runtime.origin(req.url), poll.wait_unless_abandoned)
+    poll.request_id = req.body["id"]
+    got = await _attempts(seam, poll, req, seam.runtime.origin(req.url))
     if got.outcome.status == 0 and got.error is not None and got.outcome.effect != "none":
         return synthetic_error(seam.http, req.request, req.body["id"], "no response")
     if got.response is None:
@@ -168,43 +168,41 @@ async def poll_series(seam: HttpSeam, poll: TaskPoll, req: SeamRequest) -> Any:
     return got.response
 
 
-async def _attempts(
-    seam: HttpSeam,
-    owner: AttemptsOwner,
-    req: SeamRequest,
-    origin: str,
-    wait: Callable[[int], Awaitable[bool]],  # the owner's wait before a repeat: False, given up meanwhile
-) -> Exchange:
-    """One loop, read at once: open the attempt (its span), send it (its exchange, classified),
-    charge the endpoint's bucket, ask the policy, wait, and close the attempt with the policy's
-    decision. The policy is made at the first failure: an answer decides nothing. Returns the final
-    attempt's exchange: its response, else its transport error."""
+async def _attempts(seam: HttpSeam, owner: AttemptsOwner, req: SeamRequest, origin: str) -> Exchange:
+    """One loop, read at once: open the attempt (its span; a repeat once its wait is over, unless
+    its request ended first), send it (its exchange, classified), charge the endpoint's bucket, ask
+    the policy, and close the attempt with the policy's decision. The policy is made at the first
+    failure: an answer decides nothing. Returns the final attempt's exchange: its response, else its
+    transport error."""
     runtime = seam.runtime
-    permission: Permission | None = None
+    budgets = runtime.budgets
     policy: ReplayPolicy | None = None
+    repeat: Wait | None = None  # the policy's decision to repeat the latest attempt (the first: none)
+    got: Exchange | None = None
     response: Any = None  # the latest attempt's, closed when another is sent: it will not be delivered
     while True:
-        attempt = open_attempt(owner, permission)
+        attempt = await open_attempt(owner, repeat)  # a repeat: once its wait is over
+        if attempt is None:  # its request ended during the wait: nothing more is sent
+            assert got is not None
+            return got
         if response is not None:
             await response.aclose()
         attempt, got = await attempt.send(seam.http, req)  # a client's re-send: the attempt it ended in
         response = got.response
-        runtime.budgets.charge(origin, got.outcome)
         decision: Wait | Declined | None = None  # an answer decides nothing
         if got.outcome.failure is not None:
+            budgets.charge(origin, got.outcome)
             if policy is None:
-                policy = runtime.budgets.policy(
+                policy = budgets.policy(
                     origin, req.declaration, req.target, runtime.settings, runtime.fail_closed, req.on_network
                 )
             decision, policy = policy.after(got.outcome, runtime.rng)
+        elif origin in budgets.drawn:  # an answer refills a bucket below full (a full one stays so)
+            budgets.charge(origin, got.outcome)
         if not isinstance(decision, Wait):
-            attempt.close(0, None if decision is None else decision.reason)
+            attempt.close(decision)
             return got
-        if not await wait(decision.ms):
-            attempt.close(0, BUDGET.reason)
-            return got
-        attempt.close(decision.ms, None)
-        permission = decision.permission
+        repeat = decision  # the next attempt waits it out, then closes this one as repeated
 
 
 async def _handed(
@@ -257,7 +255,9 @@ async def _handed(
     return response
 
 
-def _route(runtime: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None) -> Route:
+def _route(
+    runtime: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None, endpoint: str
+) -> Route:
     """Where the call's request goes, for its spans: read once per session and URL (the protocol
     version and the session id do not change once its calls begin)."""
     session = call.session
@@ -265,13 +265,15 @@ def _route(runtime: Runtime, call: ToolCall, request: Any, url: str, sse: SseStr
     if known is not None and known[0] == url:
         found: Route = known[1]
         return found
-    route = _read_route(runtime, session, request, url, sse)
+    route = _read_route(runtime, session, request, url, sse, endpoint)
     if session is not None:
         runtime.session_routes[session] = (url, route)
     return route
 
 
-def _read_route(runtime: Runtime, session: object, request: Any, url: str, sse: SseStream | None) -> Route:
+def _read_route(
+    runtime: Runtime, session: object, request: Any, url: str, sse: SseStream | None, endpoint: str
+) -> Route:
     """The endpoint, the protocol version the session negotiated (2.x says; else the header the
     transport sends it in), the legacy-era session id."""
     version = getattr(session, "protocol_version", None)
@@ -288,7 +290,12 @@ def _read_route(runtime: Runtime, session: object, request: Any, url: str, sse: 
         session_id = None  # the conventions: no session id for 2026-07-28 calls
     version = version if type(version) is str else None
     return route_of(
-        runtime.session_key, runtime.instruments.http, runtime.span_endpoint(url), version, session_id
+        runtime.session_key,
+        runtime.instruments.http,
+        runtime.span_endpoint(url),
+        version,
+        session_id,
+        endpoint,
     )
 
 
@@ -300,9 +307,14 @@ async def _why_not_sent(
     if not matched:
         return ReplayUnavailableError(call.tool)  # its answers could not be matched to it
     assert runtime.guard is not None
-    call.fingerprinted(runtime.guard.fingerprint(url.partition("?")[0], call.tool, target.arguments()))
-    if call.fingerprint is not None and await runtime.guard.refuses_shared(
-        call.fingerprint, repeat_confirmed=call.repeat_confirmed
+    guarded = call.guarded
+    if guarded is None:
+        guarded = call.guarded = CallGuard(confirmed=False)
+    fingerprint = guarded.fingerprint = runtime.guard.fingerprint(
+        url.partition("?")[0], call.tool, target.arguments()
+    )
+    if fingerprint is not None and await runtime.guard.refuses_shared(
+        fingerprint, repeat_confirmed=guarded.confirmed
     ):
         return RepeatRefusedError(call.tool)
     return None

@@ -27,12 +27,12 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import INVALID_SPAN
 
 from otel_mcp_replay import tasks
-from otel_mcp_replay.call import CURRENT_CALL, AppCall, ToolCall
+from otel_mcp_replay.call import CURRENT_CALL, ToolCall
+from otel_mcp_replay.call_span import AppCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
 from otel_mcp_replay.guard import CONFIRMED
-from otel_mcp_replay.rounds import Round
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TOOLS_CALL_METHOD
+from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TASKS_GET_METHOD, TOOLS_CALL_METHOD
 
 # The app's `Client.call_tool` in progress in this context (mcp 2.x), while its rounds are sent.
 CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVar(
@@ -74,13 +74,7 @@ async def call_tool(
         else:
             result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
-        if app_call is not None:
-            app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
-        seen = call.failed(exc)
-        if call.guard_armed is not None:
-            await _tell_store(runtime, call)
-        if after_mismatch and isinstance(seen, RepeatRefusedError):
-            seen = RepeatRefusedError(name, sdk_resend=True)  # the app called once: say what happened
+        seen = await _failed(runtime, call, exc, after_mismatch)
         if seen is None:
             raise
         raise seen from seen.__cause__
@@ -93,13 +87,31 @@ async def call_tool(
         CURRENT_CALL.reset(token)
     if app_call is not None:
         app_call.mismatched = False
-    if (left := tasks.opened(runtime, call, result)) is not None:  # a task: it ends as its task does
+    if (
+        getattr(result, "result_type", None) == "task"
+        and (left := tasks.opened(runtime, call, result)) is not None
+    ):  # a task: it ends as its task does
         await _tell_store_of(runtime, left)  # the calls the bound on open calls ended
         return result
     call.completed(result)
-    if call.guard_armed is not None:
+    if call.guarded is not None:
         await _tell_store(runtime, call)
     return result
+
+
+async def _failed(
+    runtime: Runtime, call: ToolCall, exc: BaseException, after_mismatch: bool
+) -> BaseException | None:
+    """The SDK's call raised `exc`: the call ends; what its caller sees instead (None: `exc`)."""
+    app_call = call.app_call
+    if app_call is not None:
+        app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
+    seen = call.failed(exc)
+    if call.guarded is not None:
+        await _tell_store(runtime, call)
+    if after_mismatch and isinstance(seen, RepeatRefusedError):
+        seen = RepeatRefusedError(call.tool, sdk_resend=True)  # the app called once: say what happened
+    return seen
 
 
 def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) -> bool:
@@ -108,20 +120,22 @@ def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) 
     return session is app_call.session and tool == app_call.tool and arguments is app_call.arguments
 
 
-async def _tell_store(runtime: Runtime, call: Round) -> None:
+async def _tell_store(runtime: Runtime, call: ToolCall) -> None:
     """What the repeat guard remembered of this call, told to its shared store (if one is named),
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
-    guard = runtime.guard
-    armed = call.guard_armed
-    if guard is not None and guard.shared is not None and call.fingerprint is not None and armed is not None:
-        await guard.settled_shared(call.fingerprint, may_have_run=armed)
+    guard, guarded = runtime.guard, call.guarded
+    if guard is None or guard.shared is None or guarded is None:
+        return
+    fingerprint, armed = guarded.fingerprint, guarded.armed
+    if fingerprint is not None and armed is not None:
+        await guard.settled_shared(fingerprint, may_have_run=armed)
 
 
 async def _tell_store_of(runtime: Runtime, calls: list[ToolCall]) -> None:
     """What the repeat guard remembered of each of these calls, which just ended, told to its store."""
     for call in calls:
-        if call.guard_armed is not None:
+        if call.guarded is not None:
             await _tell_store(runtime, call)
 
 
@@ -162,17 +176,15 @@ async def client_call_tool(
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
-        claimed = app_call.unfiled  # a claimed result: its round is settled as the app's call ends
-        app_call.ended(exc)
-        if claimed is not None:
-            await _tell_store(runtime, claimed)
+        pending = app_call.ended(exc)  # a round handed on unended (a claimed result) ends with it
+        if isinstance(pending, ToolCall):
+            await _tell_store(runtime, pending)
         raise
     finally:
         CURRENT_APP_CALL.reset(token)
-    claimed = app_call.unfiled
-    app_call.ended(None, result)
-    if claimed is not None:
-        await _tell_store(runtime, claimed)
+    pending = app_call.ended(None, result)
+    if isinstance(pending, ToolCall):
+        await _tell_store(runtime, pending)
     return result
 
 
@@ -184,7 +196,7 @@ def sdk_span(
     call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
     span's, and the server's span its child. Every other request keeps the SDK's own span."""
     call = CURRENT_CALL.get()
-    if call is not None and call.ledger.id is None:
+    if call is not None and call.request_id is None:
         name = args[0] if args else kwargs.get("name")
         attributes = kwargs.get("attributes")
         if (
@@ -235,7 +247,7 @@ async def _stoppable(
     failed request itself (mcp 2.x: `Line.resolves_lost_answers`), needs no scope (one costs about a
     tenth of the plugin's own work per call)."""
     with anyio.CancelScope() as scope:
-        call.stoppable_in(scope)
+        call.scope = scope  # (what `ToolCall.stop` cancels)
         result = await wrapped(*args, **kwargs)
     if scope.cancelled_caught and call.stopped_with is not None:
         raise call.stopped_with
@@ -260,6 +272,8 @@ def send_request(
     request = args[0] if args else kwargs.get("request")
     name = tool_of(request)
     if name is None:  # a poll of an open task-backed call's task is that call's (tasks.py)
+        if getattr(request, "method", None) != TASKS_GET_METHOD:
+            return wrapped(*args, **kwargs)
         task_id = tasks.request_task(request)
         call = None if task_id is None else tasks.open_call(runtime, instance, task_id)
         if call is None or not is_instrumentation_enabled():
@@ -290,7 +304,7 @@ async def _poll(
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         seen = tasks.poll_failed(call, poll, exc)
-        if call.guard_armed is not None:
+        if call.guarded is not None:
             await _tell_store(runtime, call)
         if seen is None:
             raise
@@ -299,7 +313,7 @@ async def _poll(
         otel_context.detach(otel_token)
         tasks.CURRENT_POLL.reset(token)
     seen = tasks.status_seen(call, result)
-    if call.guard_armed is not None:  # its task ended: what the guard remembers, told
+    if call.guarded is not None:  # its task ended: what the guard remembers, told
         await _tell_store(runtime, call)
     if seen is not None:  # an answer that is not its task's: never handed to its caller
         raise seen from seen.__cause__

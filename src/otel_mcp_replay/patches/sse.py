@@ -41,17 +41,13 @@ class SseStream:
 
 class SseConnections:
     """The legacy-SSE connections being watched: by HTTP client (its id, while it lives; a client
-    without a live connection is not kept), the connection of each message endpoint announced."""
+    without a live connection is not kept), the connection of each message endpoint announced: the
+    HTTP seam looks a POST's up in `by_client` itself, as it reads the request."""
 
     __slots__ = ("by_client",)
 
     def __init__(self) -> None:
         self.by_client: dict[int, dict[str, SseStream]] = {}
-
-    def stream_for(self, client: object, url: str) -> SseStream | None:
-        """The connection whose message endpoint `url` is, on `client`, if any."""
-        posts = self.by_client.get(id(client))
-        return posts.get(url) if posts else None
 
     def announced(self, client: object, post_url: str, stream: SseStream) -> None:
         key, by_client = id(client), self.by_client

@@ -24,14 +24,14 @@ class _OutboundWatch(StreamProxy):
         message = getattr(message, "root", message)  # 1.x wraps it in a RootModel
         if isinstance(message, _REQUEST) and message.method == TOOLS_CALL_METHOD:
             call = CURRENT_CALL.get()
-            if call is not None and call.ledger.id is None:
+            if call is not None and call.request_id is None:
                 # Read as the HTTP seam reads a body: one Target, its tool and its id.
                 params = getattr(message, "params", None)
                 target = target_of(
                     {"method": message.method, "id": message.id, "params": params}, COMPATIBILITY
                 )
                 if target.tool == call.tool:
-                    call.sent_as(target.request_id)
+                    call.bind(target.request_id)
         await self.__wrapped__.send(item)
 
 

@@ -4,7 +4,7 @@ The rule: what an exchange came to is read in one place (`outcome_of`: the adapt
 2xx's answer, a refusal's Retry-After), for a tool call's attempt and a protocol request alike;
 whether an attempt's request reached the connection is written at the one door past the client's
 auth flow and event hooks (`reached_connection`, a `Door` the attempt reads); what an event stream
-says is read from the events the SDK's own reader yields (`events_read`), over the body as the
+says is read from the events the SDK's own reader yields (answers.events_read), over the body as the
 client decoded it, never from its bytes, into a watch its attempt listens to. A leaf: it knows no
 attempt and no call, asks no law (whether a stream is read ahead, so that a cut of it can be
 repeated, is the request's decision, handed in), and tells only what it is handed. The code serves
@@ -49,7 +49,7 @@ class HttpLibrary:
     synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
     resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
     # The responses whose event streams are watched, each read by its watch as the SDK's reader
-    # yields its events (`events_read`); a response is let go once its reader begins.
+    # yields its events (answers.events_read); a response is let go once its reader begins.
     watched: weakref.WeakKeyDictionary[Any, EventWatch] = field(default_factory=weakref.WeakKeyDictionary)
 
     @classmethod
@@ -69,24 +69,6 @@ class HttpLibrary:
     def watch(self, response: Any, watch: EventWatch) -> None:
         """Read `response`'s events, as the SDK's reader yields them, into `watch`."""
         self.watched[response] = watch
-
-
-def events_read(
-    http: HttpLibrary,
-    wrapped: Callable[..., Any],
-    instance: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """The SDK's reader of an event stream (lines.Line.event_reader), as it begins: a watched
-    response's events are told to its watch one by one, each before the SDK reads it, from what the
-    SDK's own parser yields; any other reader passes straight on."""
-    events = wrapped(*args, **kwargs)
-    watched = http.watched
-    if not watched:
-        return events
-    watch = watched.pop(instance.response, None)
-    return events if watch is None else watch.read(events)
 
 
 async def outcome_of(
@@ -283,7 +265,7 @@ async def _read_reply(
         return (found[1] if type(found) is tuple and found[0] == sending.body["id"] else "other"), None
     if content_type.startswith("text/event-stream"):
         watch = RequestWatch(sending.body["id"], http.module.TransportError)
-        http.watch(response, watch)
+        http.watched[response] = watch  # (read here, not by a call: the stream is the watch's now)
         read_ahead = isinstance(sending.on_network, Repeat)  # the request's decision: a cut is repeated
         if read_ahead and isinstance(response.stream, http.module.AsyncByteStream):
             await until_answer(http, response)
