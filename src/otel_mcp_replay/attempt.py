@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import RequestWatch
-from otel_mcp_replay.call_span import CallSpan, type_name
+from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import Declined, Permission
@@ -94,7 +94,9 @@ class Attempt:
     stream_cut = False  # its answer's stream was cut, not ended
     error: BaseException | None = None  # what its exchange raised (its response's body cut, or none came)
     http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
-    error_type: str | None = None  # the type of the error it got no response with
+    # Its POST's response, as the HTTP conventions say it on its span: made as its exchange ended.
+    http_attributes: Attributes | None = None
+    timed: Attributes | None = None  # its POST's HTTP duration attributes, when it records the duration
     watch: RequestWatch | None = None  # its event stream's watch: sees whether the SDK read it to the end
     declined_on_cut: DeclinedReason | None = None  # why a cut of its stream is not repeated: the law's word
 
@@ -107,6 +109,11 @@ class Attempt:
     ) -> None:
         self.owner = owner
         self.permission = permission
+        route = owner.call_span.route
+        # Its POST's point of the HTTP client duration is its to record where the HTTP client
+        # instrumentation, suppressed under its span, no longer records it (asked as it opens).
+        if route is not None and route.endpoint is not None and http_instrumented():
+            self.timed = route.post_metric_attributes
         self.span = _span_of(owner, permission, start_ns)
         owner.attempt = self  # its request's latest
         if outcome is not None:
@@ -145,8 +152,13 @@ class Attempt:
         if sending.sse is not None and got.outcome.status == 0 and got.outcome.effect == "unknown":
             got = await attempt._answer_on_connection(http, got, request)
         if attempt.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
-            attempt.state, attempt.outcome, attempt.ended_ns = "exchanged", got.outcome, time.time_ns()
-            attempt.error, attempt.http_version, attempt.watch = got.error, got.version, got.watch
+            outcome, error, version, ended_ns = got.outcome, got.error, got.version, time.time_ns()
+            attempt.state, attempt.outcome, attempt.ended_ns = "exchanged", outcome, ended_ns
+            attempt.error, attempt.http_version, attempt.watch = error, version, got.watch
+            # What its POST came to, as the HTTP conventions say it, where its exchange ended.
+            attempt.http_attributes = attempt.owner.runtime.instruments.http.exchanged(
+                outcome.status, version, error, attempt.span, ended_ns, attempt.timed
+            )
             if got.watch is not None and isinstance(sending.on_network, Declined):
                 attempt.declined_on_cut = sending.on_network.reason  # a cut of its stream: not repeated
         return attempt, got
@@ -173,8 +185,6 @@ class Attempt:
         if self.http_version is not None:
             ledger.http_version = self.http_version
         body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
-        if error is not None and not body_cut:
-            self.error_type = type_name(error)
         if (
             outcome.effect != "none" and outcome.failure == "network"
         ):  # (at an exchange's end: no whole response)
@@ -260,18 +270,22 @@ class Attempt:
         for status, at_ns in resends:
             # The response went back to the flow: no answer reached the SDK.
             outcome = classify(status, "other")
-            attempt._exchanged(outcome)
-            attempt.ended_ns = at_ns
+            attempt._exchanged(outcome, at_ns)
             attempt._close(0, None)  # repeated, by the client: not declined
             attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
             attempt.door = door
         return attempt
 
-    def _exchanged(self, outcome: Outcome) -> None:
+    def _exchanged(self, outcome: Outcome, ended_ns: int | None = None) -> None:
         """SENDING -> EXCHANGED without a response's facts (never sent, given up, a client's
-        re-send, no HTTP at all): what it came to is written to the ledger as it closes."""
-        if self.state == "sending":  # (else cut short already: not this request's record)
-            self.state, self.outcome, self.ended_ns, self.error = "exchanged", outcome, time.time_ns(), None
+        re-send, no HTTP at all), ended now or at `ended_ns`: what it came to is written to the
+        ledger as it closes, and said as the HTTP conventions say it now."""
+        if self.state != "sending":  # (else cut short already: not this request's record)
+            return
+        ended_ns = time.time_ns() if ended_ns is None else ended_ns
+        self.state, self.outcome, self.ended_ns, self.error = "exchanged", outcome, ended_ns, None
+        http = self.owner.runtime.instruments.http
+        self.http_attributes = http.exchanged(outcome.status, None, None, self.span, ended_ns, self.timed)
 
     def _done(self, *, heard: bool = False) -> None:
         """-> DONE: its span ended, its row written, it is counted, once. `heard`: it was AWAITING its
@@ -279,11 +293,7 @@ class Attempt:
         its cut), else its connection's (its call's `heard`); none: it never came."""
         self.state = "done"
         owner, outcome = self.owner, self.outcome
-        ledger, route = owner.ledger, owner.call_span.route
-        # The HTTP client duration for its POST is its to record where the HTTP client
-        # instrumentation, suppressed under its span, no longer records it (asked first: what it
-        # calls of others follows).
-        timed = route is not None and route.endpoint is not None and http_instrumented()
+        ledger = owner.ledger
         if heard:  # (read here, where its end goes on: nothing of the attempt's is called after it)
             watch = self.watch
             answer = watch.answer if watch is not None else None
@@ -300,13 +310,9 @@ class Attempt:
             if answer is None and outcome.failure == "error" and self.declined is None:
                 self.declined = "not-retryable"  # a response without its answer: the law's `error`
         assert outcome.effect is not None
-        attributes: Attributes = {t.EFFECT: outcome.effect}  # one call: the SDK locks per call
+        # One call: the SDK locks per call.
+        attributes: Attributes = {**(self.http_attributes or {}), t.EFFECT: outcome.effect}
         status = outcome.status
-        # The HTTP conventions' error.type: the status from 400, else the type of the error that
-        # left it without a response.
-        error_type = str(status) if status >= 400 else self.error_type
-        http = owner.runtime.instruments.http
-        http.response(attributes, status, self.http_version, error_type)
         if outcome.failure is not None:
             attributes[t.FAILURE] = outcome.failure
             self.span.set_status(Status(StatusCode.ERROR))
@@ -316,10 +322,6 @@ class Attempt:
             attributes[t.WAIT_MS] = self.wait_ms
         self.span.set_attributes(attributes)
         self.span.end(end_time=self.ended_ns or None)
-        started = getattr(self.span, "start_time", None)  # the SDK's span: the POST began there
-        if timed and route is not None and started:
-            seconds = max(self.ended_ns - started, 0) / 1e9
-            http.record(seconds, route.post_metric_attributes, status, self.http_version, error_type)
         permission = self.permission
         by = "first" if permission is None else permission.by
         ledger.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)

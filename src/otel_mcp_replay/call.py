@@ -216,9 +216,7 @@ class ToolCall:
             if found is not None and not isinstance(
                 result, (found.CallToolResult, found.InputRequiredResult)
             ):
-                self.abandon()  # its request is over: its attempts are settled
-                self.request_ended()
-                app_call.handed_on(self)
+                self.went_on()
                 return
         self.ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
 
@@ -277,14 +275,18 @@ class ToolCall:
         found = answer_of(body) if body else None
         return code if found is not None and found[1] == "error" else None
 
-    def request_ended(self) -> None:
-        """Its request is over and the call goes on (a task, a claimed result): its point of the
-        operation duration now, once (`started_ns` 0: timed)."""
+    def went_on(self) -> None:
+        """Its request is over and the call goes on (a task, tasks.py; a claimed result): its
+        attempts settled, its point of the operation duration now, once (`started_ns` 0: timed),
+        and handed on to its app's call, which ends it if nothing else does (AppCall.ended)."""
+        self.abandon()
         route = self.call_span.route
         local = route is None and self.declaration is None  # it went another way than HTTP
         http_version = self.ledger.http_version
         record_operation(self.runtime, self.tool, self.started_ns, route, None, None, http_version, local)
         self.started_ns = 0
+        if self.app_call is not None:
+            self.app_call.handed_on(self)
 
     def ended(
         self,

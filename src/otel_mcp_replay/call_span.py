@@ -21,6 +21,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.endpoints import SpanEndpoint
+from otel_mcp_replay.errors import type_name
 from otel_mcp_replay.http_conventions import Attributes, HttpConventions
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.runtime import Runtime
@@ -223,14 +224,6 @@ def record_operation(
 def error_type(error: BaseException, code: int | None = None) -> str:
     """A failed call's error.type: the server's JSON-RPC code, else the error's full type name."""
     return str(code) if code is not None else type_name(error)
-
-
-def type_name(error: BaseException) -> str:
-    """The fully qualified name of an error's type (a builtin's bare): never its message, which may
-    quote what the server echoed of the call."""
-    kind = type(error)
-    module = kind.__module__
-    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
 def hashed_session_id(key: bytes, session_id: str) -> str:

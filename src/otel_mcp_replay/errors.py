@@ -133,3 +133,11 @@ def foreign_task_answer() -> MCPError:
 # Their public names: what a span's error.type and a traceback say (`otel_mcp_replay.UnknownEffectError`).
 for _public in (UnknownEffectError, ReplayUnavailableError, RepeatRefusedError):
     _public.__module__ = "otel_mcp_replay"
+
+
+def type_name(error: BaseException) -> str:
+    """The fully qualified name of an error's type (a builtin's bare): never its message, which may
+    quote what the server echoed of the call."""
+    kind = type(error)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"

@@ -275,6 +275,17 @@ class RepeatGuard:
                 await shared.bounded("clear", shared.store.clear(fingerprint.hex(), window))
 
 
+async def settle_shared(guard: RepeatGuard | None, guarded: CallGuard | None) -> None:
+    """What the repeat guard remembered of a call as it ended (`guarded`), told to its shared store,
+    if one is named, within the store's bound: a call that may have run arms it for every process,
+    a completed one clears it."""
+    if guard is None or guard.shared is None or guarded is None:
+        return
+    fingerprint, armed = guarded.fingerprint, guarded.armed
+    if fingerprint is not None and armed is not None:
+        await guard.settled_shared(fingerprint, may_have_run=armed)
+
+
 class SharedStore:
     """A store, the secret every process sharing it shares, the bound on each operation, and what
     is told when one fails: each failure counted in the fallback metric by its cause; said in the

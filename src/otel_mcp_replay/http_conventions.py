@@ -13,6 +13,7 @@ dashboard never mix the two.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry.instrumentation._semconv import (
     HTTP_DURATION_HISTOGRAM_BUCKETS_NEW,
@@ -111,6 +112,35 @@ class HttpConventions:
             span[t.NETWORK_PEER_PORT] = endpoint.port
             _set_http_peer_port_client(metric, endpoint.port, mode)
         return span, metric
+
+    def exchanged(
+        self,
+        status: int,
+        http_version: str | None,
+        error: BaseException | None,
+        span: Any,
+        ended_ns: int,
+        timed: Attributes | None,
+    ) -> Attributes:
+        """A POST's exchange ended, with `status` (0: no response) or `error` (its body cut, or no
+        response at all): its span's response attributes, returned, and, where it is `timed` (the
+        attributes of `request()`'s metric), its point of the HTTP client duration, from its span's
+        start to `ended_ns`. The conventions' error.type: the status from 400, else the type of the
+        error that left it without a response."""
+        error_type = str(status) if status >= 400 else None
+        if error is not None and not status:
+            kind = type(error)
+            error_type = (
+                kind.__qualname__
+                if kind.__module__ == "builtins"
+                else f"{kind.__module__}.{kind.__qualname__}"
+            )
+        attributes: Attributes = {}
+        self.response(attributes, status, http_version, error_type)
+        started = getattr(span, "start_time", None)  # the SDK's span: the POST began there
+        if timed is not None and started:
+            self.record(max(ended_ns - started, 0) / 1e9, timed, status, http_version, error_type)
+        return attributes
 
     def response(
         self, attributes: Attributes, status: int, http_version: str | None, error_type: str | None

@@ -116,7 +116,7 @@ def _line_seams(
         # A caller's cancel, told to the server: the call ends before the SDK waits on its transport.
         seams.append(("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher.notify", session.notify))
         # The SDK's own client span of a tools/call the plugin owns: the call span stands in for it.
-        seams.append(("mcp.shared.jsonrpc_dispatcher", "otel_span", session.sdk_span))
+        seams.append(("mcp.shared.jsonrpc_dispatcher", "otel_span", http_send.sdk_span))
         # A session closing ends its task-backed calls still open (tasks.py).
         exiting = functools.partial(session.session_exit, runtime)
         seams.append(("mcp.client.session", "ClientSession.__aexit__", exiting))

@@ -17,16 +17,20 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call import ToolCall
-from otel_mcp_replay.call_span import CallSpan, type_name
-from otel_mcp_replay.errors import UnknownEffectError, foreign_task_answer
+from otel_mcp_replay.call_span import CallSpan
+from otel_mcp_replay.errors import UnknownEffectError, foreign_task_answer, type_name
 from otel_mcp_replay.evidence import Answer
+from otel_mcp_replay.guard import settle_shared
 from otel_mcp_replay.ledger import RequestReplay
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.runtime import Runtime
@@ -131,21 +135,69 @@ def opened(runtime: Runtime, call: ToolCall, result: object) -> list[ToolCall] |
     session = call.session
     if found is None or session is None:
         return None
-    call.abandon()  # its request is over: its attempts are settled
     task_id, status = found
-    runtime.task_ids.saw(task_id)  # a credential to the redaction from now on
     calls = runtime.open_tasks.get(session)
     if calls is None:
         calls = runtime.open_tasks[session] = OpenCalls()
     call.task = CallTask(task_id, hashed_task_id(runtime.session_key, task_id), status, calls)
     oldest = calls.add(call, task_id)
-    call.request_ended()  # its creating request: its operation point
-    if call.app_call is not None:  # its app's call ends it if no poll of its does (AppCall.ended)
-        call.app_call.handed_on(call)
+    call.went_on()  # its request is over, its call is not: timed now, and handed on
+    runtime.task_ids.saw(task_id)  # a credential to the redaction from now on
     if oldest is None:
         return []
     left(oldest)
     return [oldest]
+
+
+def polled(
+    runtime: Runtime,
+    session: object,
+    request: object,
+    wrapped: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Awaitable[Any]:
+    """`ClientSession.send_request` of a `tasks/get` (patches/session.py routes it here): a poll of
+    an open task-backed call's task is sent under that call's span (`_poll`); any other is passed
+    straight on."""
+    task_id = request_task(request)
+    call = None if task_id is None else open_call(runtime, session, task_id)
+    if call is None or not is_instrumentation_enabled():
+        return wrapped(*args, **kwargs)
+    return _poll(runtime, call, wrapped, args, kwargs)
+
+
+async def _poll(
+    runtime: Runtime,
+    call: ToolCall,
+    wrapped: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A poll of `call`'s task: sent under the call's span, its answer read for the task's status;
+    a poll that fails ends that call alone. What the repeat guard remembers of a call it ended is
+    told to its store."""
+    poll = TaskPoll(runtime, call)
+    token = CURRENT_POLL.set(poll)
+    otel_token = otel_context.attach(call.call_span.context)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        seen = poll_failed(call, poll, exc)
+        if call.guarded is not None:
+            await settle_shared(runtime.guard, call.guarded)
+        if seen is None:
+            raise
+        raise seen from seen.__cause__
+    finally:
+        otel_context.detach(otel_token)
+        CURRENT_POLL.reset(token)
+    seen = status_seen(call, result)
+    if call.guarded is not None:  # its task ended: what the guard remembers, told
+        await settle_shared(runtime.guard, call.guarded)
+    if seen is not None:  # an answer that is not its task's: never handed to its caller
+        raise seen from seen.__cause__
+    return result
 
 
 def open_call(runtime: Runtime, session: object, task_id: str) -> ToolCall | None:

@@ -3,7 +3,7 @@
 The rule: for the request of a call the plugin governs, the distro's client span is not made; the
 call span stands in for it, so the trace context the distro puts in the request's `_meta` is the
 call span's and the server's span is its child (as on mcp 2.x, where the SDK's own span steps aside:
-session.sdk_span). Every other message keeps the distro's span, untouched.
+http_send.sdk_span). Every other message keeps the distro's span, untouched.
 
 How. The distro's wrapper of `BaseSession.send_request` (its `ClientWrapper.wrap_session_send`)
 opens its span with its own tracer, `self._tracer.start_span("mcp.client", kind=CLIENT)`, then

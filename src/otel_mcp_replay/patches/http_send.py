@@ -7,18 +7,22 @@ legacy-SSE stream announced (sse.py); on mcp 1.x, while a call sent from a task 
 (patches/carrier.py), a JSON POST is also read for its request. Its body is read once, and the
 request goes to a tool call's series, a task's poll's (a task-backed call's `tasks/get`, tasks.py) or
 a protocol request's (series.py). A repeat sends the same `Request` again: the same body bytes and
-headers, with the client's auth flow run again for it.
+headers, with the client's auth flow run again for it. As a request is about to leave, mcp 2.x's
+dispatcher opens its client span for it (`sdk_span`): none for the call's own tools/call, whose
+call span stands in.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from itertools import repeat
 from operator import is_, itemgetter
 from typing import Any, Final
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+from opentelemetry.trace import INVALID_SPAN
 
 from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
@@ -29,7 +33,7 @@ from otel_mcp_replay.patches.series import HttpSeam, SeamRequest, poll_series, p
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
 from otel_mcp_replay.patches.wire import HttpLibrary
 from otel_mcp_replay.tasks import CURRENT_POLL
-from otel_mcp_replay.telemetry import TASKS_GET_METHOD, TOOLS_CALL_METHOD
+from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TASKS_GET_METHOD, TOOLS_CALL_METHOD
 
 
 def send(
@@ -141,8 +145,12 @@ def _request(
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
     target = PROTOCOL
-    if body.get("method") == TOOLS_CALL_METHOD and "id" in body:
+    method = body.get("method")
+    polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
+    if method == TOOLS_CALL_METHOD and "id" in body:
         target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
+    elif polled:
+        target = TASK_POLL  # a pure read, as the law says
     if (
         call is None
         and not streamable
@@ -156,10 +164,9 @@ def _request(
     # The law's word on a network failure, asked once here, as the target was read.
     on_network = permit_on_network(declaration, target, runtime.fail_closed)
     req = SeamRequest(request, url, body, declaration, target, exchange_once, sse, streamable, on_network)
-    if body.get("method") == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None):
+    if polled:
         poll = CURRENT_POLL.get()  # a poll of an open task-backed call's task (tasks.py)
-        polled = req.read_as(declaration, TASK_POLL, runtime.fail_closed)  # a pure read, as the law says
-        return protocol_series(seam, polled) if poll is None else poll_series(seam, poll, polled)
+        return protocol_series(seam, req) if poll is None else poll_series(seam, poll, req)
     if (
         call is not None
         and target.tool == call.tool
@@ -274,3 +281,27 @@ def _read_as_json(message: dict[Any, Any]) -> bool:
 
 def _str_keys(level: dict[Any, Any]) -> bool:
     return all(map(is_, map(type, level), repeat(str)))  # in C: no key's own __eq__ runs
+
+
+def sdk_span(
+    wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`otel_span` as mcp 2.x's dispatcher opens its client span for a request it sends: for the
+    tools/call of the call in progress, none is made. The call's span, current here, is that
+    call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
+    span's, and the server's span its child. Every other request keeps the SDK's own span."""
+    call = CURRENT_CALL.get()
+    if call is not None and call.request_id is None:
+        name = args[0] if args else kwargs.get("name")
+        attributes = kwargs.get("attributes")
+        if (
+            type(attributes) is dict
+            and attributes.get(MCP_METHOD_NAME) == TOOLS_CALL_METHOD
+            and name == f"{_SDK_SPAN_PREFIX}{call.tool}"
+        ):
+            return nullcontext(INVALID_SPAN)
+    return wrapped(*args, **kwargs)
+
+
+# The SDK's name for its client span of a tools/call (mcp/shared/jsonrpc_dispatcher.py).
+_SDK_SPAN_PREFIX = f"MCP send {TOOLS_CALL_METHOD} "

@@ -18,21 +18,19 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
-from contextlib import nullcontext
 from typing import Any
 
 import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import INVALID_SPAN
 
 from otel_mcp_replay import tasks
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.call_span import AppCall
 from otel_mcp_replay.errors import HEADER_MISMATCH, RepeatRefusedError
-from otel_mcp_replay.guard import CONFIRMED
+from otel_mcp_replay.guard import CONFIRMED, settle_shared
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TASKS_GET_METHOD, TOOLS_CALL_METHOD
+from otel_mcp_replay.telemetry import TASKS_GET_METHOD, TOOLS_CALL_METHOD
 
 # The app's `Client.call_tool` in progress in this context (mcp 2.x), while its rounds are sent.
 CURRENT_APP_CALL: contextvars.ContextVar[AppCall | None] = contextvars.ContextVar(
@@ -124,12 +122,7 @@ async def _tell_store(runtime: Runtime, call: ToolCall) -> None:
     """What the repeat guard remembered of this call, told to its shared store (if one is named),
     within the store's bound: a call that may have run arms it for every process, a completed one
     clears it."""
-    guard, guarded = runtime.guard, call.guarded
-    if guard is None or guard.shared is None or guarded is None:
-        return
-    fingerprint, armed = guarded.fingerprint, guarded.armed
-    if fingerprint is not None and armed is not None:
-        await guard.settled_shared(fingerprint, may_have_run=armed)
+    await settle_shared(runtime.guard, call.guarded)
 
 
 async def _tell_store_of(runtime: Runtime, calls: list[ToolCall]) -> None:
@@ -186,30 +179,6 @@ async def client_call_tool(
     if isinstance(pending, ToolCall):
         await _tell_store(runtime, pending)
     return result
-
-
-def sdk_span(
-    wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """`otel_span` as mcp 2.x's dispatcher opens its client span for a request it sends: for the
-    tools/call of the call in progress, none is made. The call's span, current here, is that
-    call's MCP client span: the trace context the SDK puts into the request's `_meta` is the call
-    span's, and the server's span its child. Every other request keeps the SDK's own span."""
-    call = CURRENT_CALL.get()
-    if call is not None and call.request_id is None:
-        name = args[0] if args else kwargs.get("name")
-        attributes = kwargs.get("attributes")
-        if (
-            type(attributes) is dict
-            and attributes.get(MCP_METHOD_NAME) == TOOLS_CALL_METHOD
-            and name == f"{_SDK_SPAN_PREFIX}{call.tool}"
-        ):
-            return nullcontext(INVALID_SPAN)
-    return wrapped(*args, **kwargs)
-
-
-# The SDK's name for its client span of a tools/call (mcp/shared/jsonrpc_dispatcher.py).
-_SDK_SPAN_PREFIX = f"MCP send {TOOLS_CALL_METHOD} "
 
 
 def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
@@ -274,11 +243,7 @@ def send_request(
     if name is None:  # a poll of an open task-backed call's task is that call's (tasks.py)
         if getattr(request, "method", None) != TASKS_GET_METHOD:
             return wrapped(*args, **kwargs)
-        task_id = tasks.request_task(request)
-        call = None if task_id is None else tasks.open_call(runtime, instance, task_id)
-        if call is None or not is_instrumentation_enabled():
-            return wrapped(*args, **kwargs)
-        return _poll(runtime, call, wrapped, args, kwargs)
+        return tasks.polled(runtime, instance, request, wrapped, args, kwargs)
     if not is_instrumentation_enabled():
         return wrapped(*args, **kwargs)
 
@@ -286,38 +251,6 @@ def send_request(
         return await wrapped(*args, **kwargs)
 
     return call_tool(runtime, sent, instance, (name,), {}, streamable_sessions)
-
-
-async def _poll(
-    runtime: Runtime,
-    call: ToolCall,
-    wrapped: Callable[..., Awaitable[Any]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """A poll (`tasks/get`) of an open task-backed call's task (tasks.py): sent under the call's span,
-    its answer read for the task's status; a poll that fails ends that call alone."""
-    poll = tasks.TaskPoll(runtime, call)
-    token = tasks.CURRENT_POLL.set(poll)
-    otel_token = otel_context.attach(call.call_span.context)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        seen = tasks.poll_failed(call, poll, exc)
-        if call.guarded is not None:
-            await _tell_store(runtime, call)
-        if seen is None:
-            raise
-        raise seen from seen.__cause__
-    finally:
-        otel_context.detach(otel_token)
-        tasks.CURRENT_POLL.reset(token)
-    seen = tasks.status_seen(call, result)
-    if call.guarded is not None:  # its task ended: what the guard remembers, told
-        await _tell_store(runtime, call)
-    if seen is not None:  # an answer that is not its task's: never handed to its caller
-        raise seen from seen.__cause__
-    return result
 
 
 def tool_of(request: object) -> str | None:
