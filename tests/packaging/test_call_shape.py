@@ -215,3 +215,14 @@ class Attempt:
     def _done(self) -> None: ...
 """
     assert entry_points(source) == {"open_attempt", "Attempt.decided"}
+
+
+# Issue 55: one call's state is its ToolCall's, its request's ledger's and its span's fields.
+MAX_CALL_STATE_FIELDS = 30
+CALL_STATE = (("call.py", "ToolCall"), ("ledger.py", "RequestReplay"), ("call_span.py", "CallSpan"))
+
+
+def test_one_call_holds_at_most_30_fields_of_state() -> None:
+    counts = {name: len(class_fields(_source(module), name)) for module, name in CALL_STATE}
+    assert all(counts.values()), counts  # each class is found and counted
+    assert sum(counts.values()) <= MAX_CALL_STATE_FIELDS, counts
