@@ -159,18 +159,27 @@ def test_a_call_cut_in_one_process_is_refused_in_another_and_after_a_restart_unt
 def test_the_window_expires_by_the_stored_ttl(
     mcp_server: ServerHandle, redis: RedisServer, agents: Callable[..., Agent]
 ) -> None:
-    window = {ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S: "1"}
+    """The configured window is the TTL the store holds, and when that TTL runs out the entry no
+    longer arms the guard. No verdict waits on the window: the TTL is read back, then cut short in
+    Redis and let run out, so a slow machine only lets it run out further."""
+    window_s = 300  # not the default (600): the TTL read back can only come from this setting
+    window = {ev.OTEL_PYTHON_MCP_REPLAY_REPEAT_GUARD_S: str(window_s)}
     a = agents(mcp_server, redis.url, "asyncio", **window)
     b = agents(mcp_server, redis.url, "trio", **window)
     mcp_server.faults.add("charge", DropAfterExecution())
     assert a.call(ORDER) == "UnknownEffectError"
-    assert b.call(ORDER) == "RepeatRefusedError"
-    for _ in range(200):  # Redis expires the key by its TTL; the loop only bounds the wait
-        if guard_keys(redis) == 0:
-            break
-        time.sleep(0.05)
+    (key,) = redis.keys()
+    # At most the window, and most of it left: the arm's call answered within the agents' hang
+    # guard (60 s), so only a failed hang guard could leave less than half.
+    assert window_s * 1000 // 2 < redis.count("PTTL", key) <= window_s * 1000
+    assert b.call(ORDER) == "RepeatRefusedError"  # within the stored TTL: refused
+    assert redis.command("GET", key) == b"1"  # still armed: nothing but the TTL ends it
+
+    assert redis.count("PEXPIRE", key, "1") == 1  # the stored TTL cut to 1 ms: Redis expires it
+    while redis.count("PTTL", key) != -2:  # -2: expired and gone (the test's timeout bounds this)
+        time.sleep(0.01)
     assert guard_keys(redis) == 0
-    assert b.call(ORDER) == "completed"
+    assert b.call(ORDER) == "completed"  # the expired entry no longer arms the guard
     assert mcp_server.counters.executions("charge") == 2
 
 
