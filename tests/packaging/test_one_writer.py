@@ -14,7 +14,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from tests.packaging.test_call_shape import class_fields
+from tests.support.shape import class_fields
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "otel_mcp_replay"
 WRITER = "attempt.py"
