@@ -268,19 +268,16 @@ async def _not_read(http: HttpLibrary, call: ToolCall, request: Any) -> Any:
 def _read_as_json(message: dict[Any, Any]) -> bool:
     """The levels of `message` the law reads (the request, its params, their arguments) have only
     exact str keys, as a parsed JSON text's have: then it reads them as it reads parsed JSON."""
-    if not _str_keys(message):
+    # Each level's keys checked in C (no key's own __eq__ runs), inline: no frame per level.
+    if not all(map(is_, map(type, message), repeat(str))):
         return False
     params = message.get("params")
     if type(params) is not dict:
         return True
-    if not _str_keys(params):
+    if not all(map(is_, map(type, params), repeat(str))):
         return False
     arguments = params.get("arguments")
-    return type(arguments) is not dict or _str_keys(arguments)
-
-
-def _str_keys(level: dict[Any, Any]) -> bool:
-    return all(map(is_, map(type, level), repeat(str)))  # in C: no key's own __eq__ runs
+    return type(arguments) is not dict or all(map(is_, map(type, arguments), repeat(str)))
 
 
 def sdk_span(
