@@ -183,8 +183,9 @@ async def client_call_tool(
 
 def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
     """The tool's name and its arguments, first in both `call_tool` signatures (ClientSession, Client)."""
-    name = args[0] if args else kwargs.get("name")
-    return name, args[1] if len(args) > 1 else kwargs.get("arguments")
+    if len(args) > 1:  # both positional, as mcp 2.x's Client passes them on: the usual case first
+        return args[0], args[1]
+    return (args[0] if args else kwargs.get("name")), kwargs.get("arguments")
 
 
 async def notify(
