@@ -109,12 +109,35 @@ class Attempt:
     ) -> None:
         self.owner = owner
         self.permission = permission
-        route = owner.call_span.route
-        # Its POST's point of the HTTP client duration is its to record where the HTTP client
-        # instrumentation, suppressed under its span, no longer records it (asked as it opens).
-        if route is not None and route.endpoint is not None and http_instrumented():
-            self.timed = route.post_metric_attributes
-        self.span = _span_of(owner, permission, start_ns)
+        call_span = owner.call_span
+        route = call_span.route
+        self.span: Span
+        if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
+            self.span = trace.INVALID_SPAN
+        else:
+            # Its POST's point of the HTTP client duration is its to record where the HTTP client
+            # instrumentation, suppressed under its span, no longer records it (asked as it opens).
+            if route.endpoint is not None and http_instrumented():
+                self.timed = route.post_metric_attributes
+            # Its span, begun now (or at `start_ns`): the HTTP client span of its POST, in the HTTP
+            # conventions in force (read once per route), then the replay's facts.
+            number = len(owner.ledger.rows) + 1
+            attributes: Attributes = {
+                **route.post_span_attributes,
+                t.GEN_AI_TOOL_NAME: owner.tool,
+                t.JSONRPC_REQUEST_ID: str(owner.request_id),
+                t.ATTEMPT: number,
+            }
+            if number > 1 and route.resend_count is not None:
+                attributes[route.resend_count] = number - 1
+            if permission is not None:
+                attributes[t.PERMISSION_BY] = permission.by
+                attributes[t.PERMISSION_ON] = permission.on
+                if permission.assumes is not None:
+                    attributes[t.PERMISSION_ASSUMES] = permission.assumes
+            self.span = owner.runtime.tracer.start_span(
+                t.ATTEMPT_SPAN_NAME, call_span.context, SpanKind.CLIENT, attributes, start_time=start_ns
+            )
         owner.attempt = self  # its request's latest
         if outcome is not None:
             self._exchanged(outcome)
@@ -350,31 +373,3 @@ def http_instrumented() -> bool:
     module = sys.modules.get(_HTTP_INSTRUMENTATION)
     instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
     return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
-
-
-def _span_of(owner: AttemptsOwner, permission: Permission | None, start_ns: int | None) -> Span:
-    """The span of the request's next attempt, begun now (or at `start_ns`): the HTTP client span
-    of its POST."""
-    ledger = owner.ledger
-    route = owner.call_span.route
-    if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
-        return trace.INVALID_SPAN
-    number = len(ledger.rows) + 1
-    # Its POST in the HTTP conventions in force (read once per route), then the replay's facts.
-    attributes: Attributes = {
-        **route.post_span_attributes,
-        t.GEN_AI_TOOL_NAME: owner.tool,
-        t.JSONRPC_REQUEST_ID: str(owner.request_id),
-        t.ATTEMPT: number,
-    }
-    if number > 1 and route.resend_count is not None:
-        attributes[route.resend_count] = number - 1
-    if permission is not None:
-        attributes[t.PERMISSION_BY] = permission.by
-        attributes[t.PERMISSION_ON] = permission.on
-        if permission.assumes is not None:
-            attributes[t.PERMISSION_ASSUMES] = permission.assumes
-    tracer = owner.runtime.tracer
-    return tracer.start_span(
-        t.ATTEMPT_SPAN_NAME, owner.call_span.context, SpanKind.CLIENT, attributes, start_time=start_ns
-    )
