@@ -144,13 +144,13 @@ def _request(
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
-    target = PROTOCOL
     method = body.get("method")
-    polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
     if method == TOOLS_CALL_METHOD and "id" in body:
         target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
-    elif polled:
-        target = TASK_POLL  # a pure read, as the law says
+        polled = False
+    else:
+        polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
+        target = TASK_POLL if polled else PROTOCOL  # a poll is a pure read, as the law says
     if (
         call is None
         and not streamable
