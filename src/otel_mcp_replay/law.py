@@ -209,7 +209,7 @@ def permit(
         if failure == "throttle" and not retry_on_throttle:
             return NOT_PERMITTED
         return _PROTOCOL_REPEAT
-    if not target.is_tool:
+    if target.tool is None:  # (is_tool, read in place: THE rule is asked at every request)
         if failure == "throttle":
             return _PROTOCOL_REPEAT if retry_on_throttle else NOT_PERMITTED
         if failure == "session-busy":  # the adapter's own refusal, under both policies
