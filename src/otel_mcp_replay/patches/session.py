@@ -50,7 +50,11 @@ async def call_tool(
     if type(name) is not str:
         return await wrapped(*args, **kwargs)
     app_call = outer = CURRENT_APP_CALL.get()
-    if app_call is not None and not _is_round(app_call, instance, name, arguments):
+    # One of the app's call's rounds: the very arguments the app gave, on its Client's session (not
+    # a call an input callback makes meanwhile).
+    if app_call is not None and not (
+        instance is app_call.session and name == app_call.tool and arguments is app_call.arguments
+    ):
         app_call = None
     # A round's app call asked, in this very context, a moment ago (client_call_tool).
     if app_call is None and not is_instrumentation_enabled():
@@ -110,12 +114,6 @@ async def _failed(
     if after_mismatch and isinstance(seen, RepeatRefusedError):
         seen = RepeatRefusedError(call.tool, sdk_resend=True)  # the app called once: say what happened
     return seen
-
-
-def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) -> bool:
-    """Whether this `ClientSession.call_tool` is one of the app's call's rounds: the very arguments
-    the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
-    return session is app_call.session and tool == app_call.tool and arguments is app_call.arguments
 
 
 async def _tell_store(runtime: Runtime, call: ToolCall) -> None:
