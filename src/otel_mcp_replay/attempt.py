@@ -27,7 +27,7 @@ from otel_mcp_replay.answers import RequestWatch
 from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
-from otel_mcp_replay.law import Declined, Permission
+from otel_mcp_replay.law import BUDGET, NOT_RETRYABLE, Declined, Permission
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
@@ -190,16 +190,14 @@ class Attempt:
         """EXCHANGED -> DONE with the policy's decision: a wait (it was repeated after it: the next
         attempt waited it out, `open_attempt`), why it is not repeated, or None (it did not fail);
         or -> AWAITING when its answer is still to come on a stream."""
-        if isinstance(decision, Wait):
-            self._close(decision.ms, None)
-        else:
-            self._close(0, None if decision is None else decision.reason)
-
-    def _close(self, wait_ms: int, declined: DeclinedReason | None) -> None:
-        """EXCHANGED -> DONE with the policy's decision (the wait before its repeat, or why none),
-        or -> AWAITING when its answer is still to come on a stream."""
         if self.state != "exchanged":
             return  # a redirect the client follows, or cut short already
+        if decision is None:
+            wait_ms, declined = 0, None
+        elif isinstance(decision, Wait):
+            wait_ms, declined = decision.ms, None
+        else:
+            wait_ms, declined = 0, decision.reason
         self.wait_ms, self.declined = wait_ms, declined
         outcome = self.outcome
         self.repeated = outcome.failure is not None and declined is None
@@ -245,22 +243,22 @@ class Attempt:
         if self.state == "redirected":  # the redirect was not followed after all
             self.state = "sending"
             self._exchanged(classify(self.hop_status, None))
-            self._close(0, None)
+            self.close(None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange: the caller's
             door = self.door
             attempt = self._resent() if door is not None and door.resends else self
             if door is None or not door.hops:
                 attempt._exchanged(classify(0, None, sent=False))  # never sent
-                attempt._close(0, None)
+                attempt.close(None)
                 return
             # Sent, and given up before any response: the caller's timeout is no failure below the
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
             attempt._exchanged(GIVEN_UP)
             attempt.owner.ledger.unanswered = True
-            attempt._close(0, "not-retryable")
+            attempt.close(NOT_RETRYABLE)
         elif self.state == "exchanged":  # its policy not yet told, or waiting to repeat it
-            self._close(0, "budget")
+            self.close(BUDGET)
             if self._repeat_due is not None:
                 self._repeat_due.set()
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
@@ -294,7 +292,7 @@ class Attempt:
             # The response went back to the flow: no answer reached the SDK.
             outcome = classify(status, "other")
             attempt._exchanged(outcome, at_ns)
-            attempt._close(0, None)  # repeated, by the client: not declined
+            attempt.close(None)  # repeated, by the client: not declined
             attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
             attempt.door = door
         return attempt
