@@ -62,7 +62,6 @@ async def call_tool(
     continues = app_call is not None and app_call.continues
     # The HTTP seam reads the call's own flag (1.x sends from another task).
     call = ToolCall(runtime, name, instance, app_call, continues=continues)
-    after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
     app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
@@ -76,7 +75,7 @@ async def call_tool(
         else:
             result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
-        seen = await _failed(runtime, call, exc, after_mismatch)
+        seen = await _failed(runtime, call, exc)
         if seen is None:
             raise
         raise seen from seen.__cause__
@@ -101,11 +100,12 @@ async def call_tool(
     return result
 
 
-async def _failed(
-    runtime: Runtime, call: ToolCall, exc: BaseException, after_mismatch: bool
-) -> BaseException | None:
+async def _failed(runtime: Runtime, call: ToolCall, exc: BaseException) -> BaseException | None:
     """The SDK's call raised `exc`: the call ends; what its caller sees instead (None: `exc`)."""
     app_call = call.app_call
+    # Whether the round before was rejected with HEADER_MISMATCH (read here, only when a round fails:
+    # nothing else changes it while this round runs).
+    after_mismatch = app_call is not None and app_call.mismatched
     if app_call is not None:
         app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
     seen = call.failed(exc)
