@@ -207,7 +207,7 @@ class Attempt:
             ledger.http_version = self.http_version
         body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
         if (
-            outcome.effect != "none" and outcome.failure == "network"
+            outcome.failure == "network" and outcome.effect != "none"
         ):  # (at an exchange's end: no whole response)
             ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
