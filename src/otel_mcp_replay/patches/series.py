@@ -113,15 +113,15 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     # Its first request (a redirect's next hop comes back here too); one refused is never sent.
     if call.declaration is None and await _first_request(seam, call, req, origin):
         return await _handed(seam.http, call, req, None)
-    sse, request_id = req.sse, req.body["id"]
+    sse = req.sse
     if sse is not None:  # its answer is awaited on the connection's stream
-        sse.waiting[request_id] = call
-        call.when_ended(functools.partial(sse.waiting.pop, request_id, None))
+        sse.waiting[req.body["id"]] = call
+        call.when_ended(functools.partial(sse.waiting.pop, req.body["id"], None))
     try:
         got = await _attempts(seam, call, req, origin)
     except BaseException:
         if sse is not None:
-            sse.waiting.pop(request_id, None)
+            sse.waiting.pop(req.body["id"], None)
         raise
     return await _handed(seam.http, call, req, got)
 
