@@ -296,9 +296,11 @@ def sdk_span(
             and attributes.get(MCP_METHOD_NAME) == TOOLS_CALL_METHOD
             and name == f"{_SDK_SPAN_PREFIX}{call.tool}"
         ):
-            return nullcontext(INVALID_SPAN)
+            return _NO_SPAN
     return wrapped(*args, **kwargs)
 
 
 # The SDK's name for its client span of a tools/call (mcp/shared/jsonrpc_dispatcher.py).
 _SDK_SPAN_PREFIX = f"MCP send {TOOLS_CALL_METHOD} "
+# What the SDK enters instead of its span: one for every call (a nullcontext holds nothing of a use).
+_NO_SPAN: Final = nullcontext(INVALID_SPAN)
