@@ -27,7 +27,7 @@ from otel_mcp_replay.answers import RequestWatch
 from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
-from otel_mcp_replay.law import Declined, Permission
+from otel_mcp_replay.law import BUDGET, NOT_RETRYABLE, Declined, Permission
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
@@ -109,12 +109,35 @@ class Attempt:
     ) -> None:
         self.owner = owner
         self.permission = permission
-        route = owner.call_span.route
-        # Its POST's point of the HTTP client duration is its to record where the HTTP client
-        # instrumentation, suppressed under its span, no longer records it (asked as it opens).
-        if route is not None and route.endpoint is not None and http_instrumented():
-            self.timed = route.post_metric_attributes
-        self.span = _span_of(owner, permission, start_ns)
+        call_span = owner.call_span
+        route = call_span.route
+        self.span: Span
+        if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
+            self.span = trace.INVALID_SPAN
+        else:
+            # Its POST's point of the HTTP client duration is its to record where the HTTP client
+            # instrumentation, suppressed under its span, no longer records it (asked as it opens).
+            if route.endpoint is not None and http_instrumented():
+                self.timed = route.post_metric_attributes
+            # Its span, begun now (or at `start_ns`): the HTTP client span of its POST, in the HTTP
+            # conventions in force (read once per route), then the replay's facts.
+            number = len(owner.ledger.rows) + 1
+            attributes: Attributes = {
+                **route.post_span_attributes,
+                t.GEN_AI_TOOL_NAME: owner.tool,
+                t.JSONRPC_REQUEST_ID: str(owner.request_id),
+                t.ATTEMPT: number,
+            }
+            if number > 1 and route.resend_count is not None:
+                attributes[route.resend_count] = number - 1
+            if permission is not None:
+                attributes[t.PERMISSION_BY] = permission.by
+                attributes[t.PERMISSION_ON] = permission.on
+                if permission.assumes is not None:
+                    attributes[t.PERMISSION_ASSUMES] = permission.assumes
+            self.span = owner.runtime.tracer.start_span(
+                t.ATTEMPT_SPAN_NAME, call_span.context, SpanKind.CLIENT, attributes, start_time=start_ns
+            )
         owner.attempt = self  # its request's latest
         if outcome is not None:
             self._exchanged(outcome)
@@ -167,16 +190,14 @@ class Attempt:
         """EXCHANGED -> DONE with the policy's decision: a wait (it was repeated after it: the next
         attempt waited it out, `open_attempt`), why it is not repeated, or None (it did not fail);
         or -> AWAITING when its answer is still to come on a stream."""
-        if isinstance(decision, Wait):
-            self._close(decision.ms, None)
-        else:
-            self._close(0, None if decision is None else decision.reason)
-
-    def _close(self, wait_ms: int, declined: DeclinedReason | None) -> None:
-        """EXCHANGED -> DONE with the policy's decision (the wait before its repeat, or why none),
-        or -> AWAITING when its answer is still to come on a stream."""
         if self.state != "exchanged":
             return  # a redirect the client follows, or cut short already
+        if decision is None:
+            wait_ms, declined = 0, None
+        elif isinstance(decision, Wait):
+            wait_ms, declined = decision.ms, None
+        else:
+            wait_ms, declined = 0, decision.reason
         self.wait_ms, self.declined = wait_ms, declined
         outcome = self.outcome
         self.repeated = outcome.failure is not None and declined is None
@@ -186,7 +207,7 @@ class Attempt:
             ledger.http_version = self.http_version
         body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
         if (
-            outcome.effect != "none" and outcome.failure == "network"
+            outcome.failure == "network" and outcome.effect != "none"
         ):  # (at an exchange's end: no whole response)
             ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
         if outcome.answered:
@@ -222,22 +243,22 @@ class Attempt:
         if self.state == "redirected":  # the redirect was not followed after all
             self.state = "sending"
             self._exchanged(classify(self.hop_status, None))
-            self._close(0, None)
+            self.close(None)
         elif self.state == "sending":  # a cancel or a read timeout mid-exchange: the caller's
             door = self.door
             attempt = self._resent() if door is not None and door.resends else self
             if door is None or not door.hops:
                 attempt._exchanged(classify(0, None, sent=False))  # never sent
-                attempt._close(0, None)
+                attempt.close(None)
                 return
             # Sent, and given up before any response: the caller's timeout is no failure below the
             # SDK (`network`), so it is `error` (the law's word for anything else), as it is when the
             # caller gives up after the response's headers came (below) and over stdio: one word.
             attempt._exchanged(GIVEN_UP)
             attempt.owner.ledger.unanswered = True
-            attempt._close(0, "not-retryable")
+            attempt.close(NOT_RETRYABLE)
         elif self.state == "exchanged":  # its policy not yet told, or waiting to repeat it
-            self._close(0, "budget")
+            self.close(BUDGET)
             if self._repeat_due is not None:
                 self._repeat_due.set()
         elif self.state == "awaiting":  # its answer never came: its effect is unknown
@@ -271,7 +292,7 @@ class Attempt:
             # The response went back to the flow: no answer reached the SDK.
             outcome = classify(status, "other")
             attempt._exchanged(outcome, at_ns)
-            attempt._close(0, None)  # repeated, by the client: not declined
+            attempt.close(None)  # repeated, by the client: not declined
             attempt = Attempt(owner, Permission("app", outcome.failure or "error"), at_ns)
             attempt.door = door
         return attempt
@@ -350,31 +371,3 @@ def http_instrumented() -> bool:
     module = sys.modules.get(_HTTP_INSTRUMENTATION)
     instrumentor = getattr(getattr(module, LINE.http_instrumentor, None), "_instance", None)
     return instrumentor is not None and instrumentor.is_instrumented_by_opentelemetry is True
-
-
-def _span_of(owner: AttemptsOwner, permission: Permission | None, start_ns: int | None) -> Span:
-    """The span of the request's next attempt, begun now (or at `start_ns`): the HTTP client span
-    of its POST."""
-    ledger = owner.ledger
-    route = owner.call_span.route
-    if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
-        return trace.INVALID_SPAN
-    number = len(ledger.rows) + 1
-    # Its POST in the HTTP conventions in force (read once per route), then the replay's facts.
-    attributes: Attributes = {
-        **route.post_span_attributes,
-        t.GEN_AI_TOOL_NAME: owner.tool,
-        t.JSONRPC_REQUEST_ID: str(owner.request_id),
-        t.ATTEMPT: number,
-    }
-    if number > 1 and route.resend_count is not None:
-        attributes[route.resend_count] = number - 1
-    if permission is not None:
-        attributes[t.PERMISSION_BY] = permission.by
-        attributes[t.PERMISSION_ON] = permission.on
-        if permission.assumes is not None:
-            attributes[t.PERMISSION_ASSUMES] = permission.assumes
-    tracer = owner.runtime.tracer
-    return tracer.start_span(
-        t.ATTEMPT_SPAN_NAME, owner.call_span.context, SpanKind.CLIENT, attributes, start_time=start_ns
-    )

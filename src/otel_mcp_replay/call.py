@@ -301,7 +301,9 @@ class ToolCall:
         never breaks the caller's call); the repeat guard told; its request's point of the operation
         duration, unless timed already; and its span's outcome and the calls metric built from it
         (call_span.CallSpan.end), or, for a round, its app's call told, which ends the span once."""
-        endpoint, local = self._where(verdict)
+        route = self.call_span.route
+        # Where it went: its route's endpoint when the HTTP seam saw it (asked here: the usual case).
+        endpoint, local = (route.record_endpoint, False) if route is not None else self._where(verdict)
         self.abandon()  # (a call ended already, as it failed: nothing more to settle)
         ledger, task, runtime, app_call = self.ledger, self.task, self.runtime, self.app_call
         call_round = 1 if app_call is None else app_call.rounds  # (a round ends before the next begins)
@@ -348,7 +350,6 @@ class ToolCall:
             # (a call refused before it was sent arms nothing)
             guarded.armed = guard.ended(guarded.fingerprint, effect, failed=verdict == "failed")
         if self.started_ns:
-            route = self.call_span.route
             record_operation(
                 runtime, self.tool, self.started_ns, route, failure_type, code, ending.http_version, local
             )
@@ -365,12 +366,9 @@ class ToolCall:
 
     def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
         """Where its record says it went, and whether it went another way than HTTP. No HTTP request
-        of it seen: failed before anything left, under its session's known policy and endpoint
-        (nothing sent, effect none); else it went another way (stdio, in-process): one attempt,
-        never repeated, as it ran."""
-        route = self.call_span.route
-        if route is not None:
-            return route.record_endpoint, False
+        of it seen (it has no route: `ended` reads a route's endpoint itself): failed before
+        anything left, under its session's known policy and endpoint (nothing sent, effect none);
+        else it went another way (stdio, in-process): one attempt, never repeated, as it ran."""
         if self.declaration is not None:  # (bound with no route: never by the HTTP seam)
             return UNKNOWN_ENDPOINT, False
         if self.request_id is None and verdict == "failed":

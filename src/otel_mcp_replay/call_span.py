@@ -99,7 +99,9 @@ class CallSpan:
     __slots__ = ("context", "owned", "route", "span")
 
     def __init__(self, tracer: Tracer, tool: str) -> None:
-        self.span, self.owned = start_call_span(tracer, tool)  # owned: the plugin made it, and ends it
+        outer = outer_call_span(tool)  # (start_call_span's reading, in place: one frame fewer a call)
+        self.owned = outer is None  # the plugin made it, and ends it
+        self.span = own_call_span(tracer, tool) if outer is None else outer
         self.context = trace.set_span_in_context(self.span)
         self.route: Route | None = None  # where its request went, once the HTTP seam saw it
 
@@ -292,14 +294,16 @@ class AppCall:
                 call_span.span.end()
             return pending
         self.ending = None  # its last round's ending let go with it
+        # Every round's sent and effect, in the one copy made of the last round's ending.
         if error is not None:  # the final round's own failure, or what the SDK raised after it
             ending = ending._replace(
                 verdict="failed",
                 failure_type=error_type(error, ending.code),
-                may_have_run=ending.may_have_run,
+                sent=self.sent,
+                effect=self.effect,
             )
         else:
             code = ending.code if ending.verdict == "failed" else None  # its task failed with it
-            ending = ending._replace(may_have_run=False, code=code)
-        call_span.end(self.runtime, self.tool, ending._replace(sent=self.sent, effect=self.effect))
+            ending = ending._replace(may_have_run=False, code=code, sent=self.sent, effect=self.effect)
+        call_span.end(self.runtime, self.tool, ending)
         return pending

@@ -71,6 +71,8 @@ def classify(
     failed without one. A later
     word of its stream is `Outcome.after_stream`. A refusal (429, an adapter's) is `unknown`: it is
     not proof that nothing ran."""
+    if status == 200 and reply == "result" and not session_busy:  # a clean call's, asked first
+        return _ANSWERED_200
     if status == 429 or session_busy:
         wait = retry_after_ms(retry_after, now_epoch_s)
         return Outcome(status, "throttle" if status == 429 else "session-busy", "unknown", wait)
@@ -86,8 +88,8 @@ def classify(
         return Outcome(status, None, "unknown")  # a redirect the client may follow: its own attempt
     if reply is None or reply == "later":
         return Outcome(status, None, None)
-    if reply == "result":  # a clean call's: made once for the usual 200
-        return _ANSWERED_200 if status == 200 else Outcome(status, None, "applied", answered=True)
+    if reply == "result":  # (a 200's is made once, above)
+        return Outcome(status, None, "applied", answered=True)
     if reply == "error":
         return Outcome(status, "error", "unknown", answered=True)
     if reply == "cut":  # the response came, and its body was cut: kept with its status, as a cut stream is

@@ -12,7 +12,7 @@ dashboard never mix the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.instrumentation._semconv import (
@@ -45,6 +45,9 @@ from otel_mcp_replay.endpoints import SpanEndpoint
 
 Attributes = dict[str, AttributeValue]
 
+# How many distinct responses and duration points each cache below holds before it starts again.
+_CACHED = 256
+
 
 def http_mode() -> _StabilityMode:
     """The HTTP conventions `OTEL_SEMCONV_STABILITY_OPT_IN` selects, as the contrib HTTP
@@ -64,6 +67,17 @@ class HttpConventions:
     new: bool  # the stable names are written
     duration_old: Histogram | None  # http.client.duration, ms
     duration_new: Histogram | None  # http.client.request.duration, s
+    # The contrib helpers that write these cost a few hundred opcodes a POST: what a response says
+    # is made once per (status, HTTP version, error.type) and shared, read-only (an attempt copies
+    # it into its span's one write); a duration point's attributes once per request's attributes
+    # (a route's, never changed once made) and response, kept with the very request dict they were
+    # made from (its id is trusted only while the cache holds that dict).
+    _responses: dict[tuple[int, str | None, str | None], Attributes] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _points: dict[
+        tuple[int, int, str | None, str | None], tuple[Attributes, Attributes | None, Attributes | None]
+    ] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def resend_count(self) -> str | None:
@@ -135,8 +149,15 @@ class HttpConventions:
                 if kind.__module__ == "builtins"
                 else f"{kind.__module__}.{kind.__qualname__}"
             )
-        attributes: Attributes = {}
-        self.response(attributes, status, http_version, error_type)
+        said = self._responses
+        key = (status, http_version, error_type)
+        attributes = said.get(key)
+        if attributes is None:
+            attributes = {}
+            self.response(attributes, status, http_version, error_type)
+            if len(said) >= _CACHED:
+                said.clear()
+            said[key] = attributes
         started = getattr(span, "start_time", None)  # the SDK's span: the POST began there
         if timed is not None and started:
             self.record(max(ended_ns - started, 0) / 1e9, timed, status, http_version, error_type)
@@ -165,6 +186,23 @@ class HttpConventions:
     ) -> None:
         """The POST's point of the HTTP client duration in force, with the instrumentation's
         attributes of each histogram (`request`: those of `request()`)."""
+        points = self._points
+        key = (id(request), status, http_version, error_type)
+        point = points.get(key)
+        if point is None or point[0] is not request:
+            point = self._point(request, status, http_version, error_type)
+            if len(points) >= _CACHED:
+                points.clear()
+            points[key] = point
+        if self.duration_old is not None:
+            self.duration_old.record(max(round(seconds * 1000), 0), point[1])
+        if self.duration_new is not None:
+            self.duration_new.record(seconds, point[2])
+
+    def _point(
+        self, request: Attributes, status: int, http_version: str | None, error_type: str | None
+    ) -> tuple[Attributes, Attributes | None, Attributes | None]:
+        """A duration point's attributes for each histogram in force, with `request`, whence they came."""
         mode = self.mode
         metric = dict(request)
         if status:  # the span is not the helper's to write here: INVALID_SPAN records nothing
@@ -176,13 +214,13 @@ class HttpConventions:
                 _set_http_network_protocol_version(metric, http_version, mode)
             if error_type is not None:
                 metric[t.ERROR_TYPE] = error_type
+        old = new = None
         if self.duration_old is not None:
             old = _filter_semconv_duration_attrs(
                 metric, _client_duration_attrs_old, _client_duration_attrs_new, _StabilityMode.DEFAULT
             )
-            self.duration_old.record(max(round(seconds * 1000), 0), old)
         if self.duration_new is not None:
             new = _filter_semconv_duration_attrs(
                 metric, _client_duration_attrs_old, _client_duration_attrs_new, _StabilityMode.HTTP
             )
-            self.duration_new.record(seconds, new)
+        return request, old, new

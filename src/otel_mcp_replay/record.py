@@ -320,17 +320,40 @@ def call_record(
     allow-list accepts (tests/law/test_record.py proves it over every word). Raises RecordRefused
     (a ValueError naming the key, never a value) for an outside value the allow-list refuses: the
     caller files nothing rather than a trimmed record."""
-    if not is_sane_text(tool):
+    # is_sane_text's checks, inline (run on every call: no frame for each)
+    if type(tool) is not str or len(tool) > MAX_TEXT_LEN or not tool.isprintable():
         raise RecordRefused(t.GEN_AI_TOOL_NAME)
-    if not is_sane_text(request_id, allow_empty=False):
+    if (
+        type(request_id) is not str
+        or not request_id
+        or len(request_id) > MAX_TEXT_LEN
+        or not request_id.isprintable()
+    ):
         raise RecordRefused(t.JSONRPC_REQUEST_ID)
     if not is_endpoint(endpoint):
         raise RecordRefused(t.ENDPOINT)
     omitted, columns = _columns(rows)
     if columns[0] and not _statuses(columns[0]):
         raise RecordRefused(t.ATTEMPTS_STATUS)
-    record = _in_order(
-        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
+    # (_in_order, in place: a record per call)
+    record = dict(
+        zip(
+            t.RECORD_KEYS,
+            (
+                policy,
+                sent,
+                effect,
+                verdict,
+                may_have_run,
+                endpoint,
+                omitted,
+                tool,
+                request_id,
+                call_round,
+                *columns,
+            ),
+            strict=True,
+        )
     )
     if task is not None:  # a task-backed call's: its task's keyed hash (ours), the status seen
         record[t.TASK], record[t.TASK_STATUS] = task
@@ -340,11 +363,12 @@ def call_record(
 def _columns(rows: Sequence[AttemptRow]) -> tuple[int, tuple[tuple[object, ...], ...]]:
     """The rows listed (the first ones and the last, at most MAX_RECORD_ROWS), how many were omitted,
     and the listed rows as the record's five columns."""
-    listed = list(rows)
-    omitted = 0
-    if len(listed) > t.MAX_RECORD_ROWS:
-        omitted = len(listed) - t.MAX_RECORD_ROWS
-        listed = listed[: t.MAX_RECORD_ROWS - 1] + listed[-1:]
+    listed = rows
+    omitted = len(rows) - t.MAX_RECORD_ROWS
+    if omitted > 0:
+        listed = (*rows[: t.MAX_RECORD_ROWS - 1], rows[-1])
+    else:
+        omitted = 0
     if not all(map(is_, map(type, listed), repeat(AttemptRow))):
         raise RecordRefused("rows (not AttemptRow)")
     # Rows to columns with one transpose in C (each row is exactly our own named tuple).

@@ -144,13 +144,13 @@ def _request(
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
-    target = PROTOCOL
     method = body.get("method")
-    polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
     if method == TOOLS_CALL_METHOD and "id" in body:
         target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
-    elif polled:
-        target = TASK_POLL  # a pure read, as the law says
+        polled = False
+    else:
+        polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
+        target = TASK_POLL if polled else PROTOCOL  # a poll is a pure read, as the law says
     if (
         call is None
         and not streamable
@@ -268,19 +268,16 @@ async def _not_read(http: HttpLibrary, call: ToolCall, request: Any) -> Any:
 def _read_as_json(message: dict[Any, Any]) -> bool:
     """The levels of `message` the law reads (the request, its params, their arguments) have only
     exact str keys, as a parsed JSON text's have: then it reads them as it reads parsed JSON."""
-    if not _str_keys(message):
+    # Each level's keys checked in C (no key's own __eq__ runs), inline: no frame per level.
+    if not all(map(is_, map(type, message), repeat(str))):
         return False
     params = message.get("params")
     if type(params) is not dict:
         return True
-    if not _str_keys(params):
+    if not all(map(is_, map(type, params), repeat(str))):
         return False
     arguments = params.get("arguments")
-    return type(arguments) is not dict or _str_keys(arguments)
-
-
-def _str_keys(level: dict[Any, Any]) -> bool:
-    return all(map(is_, map(type, level), repeat(str)))  # in C: no key's own __eq__ runs
+    return type(arguments) is not dict or all(map(is_, map(type, arguments), repeat(str)))
 
 
 def sdk_span(
@@ -299,9 +296,11 @@ def sdk_span(
             and attributes.get(MCP_METHOD_NAME) == TOOLS_CALL_METHOD
             and name == f"{_SDK_SPAN_PREFIX}{call.tool}"
         ):
-            return nullcontext(INVALID_SPAN)
+            return _NO_SPAN
     return wrapped(*args, **kwargs)
 
 
 # The SDK's name for its client span of a tools/call (mcp/shared/jsonrpc_dispatcher.py).
 _SDK_SPAN_PREFIX = f"MCP send {TOOLS_CALL_METHOD} "
+# What the SDK enters instead of its span: one for every call (a nullcontext holds nothing of a use).
+_NO_SPAN: Final = nullcontext(INVALID_SPAN)

@@ -113,15 +113,15 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
     # Its first request (a redirect's next hop comes back here too); one refused is never sent.
     if call.declaration is None and await _first_request(seam, call, req, origin):
         return await _handed(seam.http, call, req, None)
-    sse, request_id = req.sse, req.body["id"]
+    sse = req.sse
     if sse is not None:  # its answer is awaited on the connection's stream
-        sse.waiting[request_id] = call
-        call.when_ended(functools.partial(sse.waiting.pop, request_id, None))
+        sse.waiting[req.body["id"]] = call
+        call.when_ended(functools.partial(sse.waiting.pop, req.body["id"], None))
     try:
         got = await _attempts(seam, call, req, origin)
     except BaseException:
         if sse is not None:
-            sse.waiting.pop(request_id, None)
+            sse.waiting.pop(req.body["id"], None)
         raise
     return await _handed(seam.http, call, req, got)
 
@@ -129,22 +129,23 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
 async def _first_request(seam: HttpSeam, call: ToolCall, req: SeamRequest, origin: str) -> bool:
     """The call's request seen leaving: the call is bound to it. True: it must not be sent at all,
     and the call is stopped with why."""
-    runtime, http, sse, declaration, target = seam.runtime, seam.http, req.sse, req.declaration, req.target
-    endpoint = sse.endpoint if sse is not None else declaration.label or origin
-    route = _route(runtime, call, req.request, req.url, sse, endpoint)
-    call.bind(req.body["id"], declaration, route)
+    runtime, sse, declaration = seam.runtime, req.sse, req.declaration
+    call.bind(req.body["id"], declaration, _route(runtime, call, req, origin))
     if (
         req.streamable
         and sse is None
         and call.scope is not None
         and call.session is not None
-        and http.resolves_lost_answers
+        and seam.http.resolves_lost_answers
     ):
         _seen_streamable(seam.streamable_sessions, call.session)  # its next calls need no scope
-    matched = sse is not None or req.streamable
-    entry = declaration.tools.get(target.tool) if target.tool else None
+    matched, target = sse is not None or req.streamable, req.target
     if (declaration.policy == "app-authorized" and not matched) or (
-        entry is not None and entry.changes and not target.key_carried and runtime.guard is not None
+        runtime.guard is not None  # (asked first: the tool's entry is read only where a guard is)
+        and target.tool
+        and not target.key_carried
+        and (entry := declaration.tools.get(target.tool)) is not None
+        and entry.changes
     ):
         why = await _why_not_sent(runtime, call, req.url, target, matched)
         if why is not None:
@@ -255,17 +256,18 @@ async def _handed(
     return response
 
 
-def _route(
-    runtime: Runtime, call: ToolCall, request: Any, url: str, sse: SseStream | None, endpoint: str
-) -> Route:
+def _route(runtime: Runtime, call: ToolCall, req: SeamRequest, origin: str) -> Route:
     """Where the call's request goes, for its spans: read once per session and URL (the protocol
-    version and the session id do not change once its calls begin)."""
-    session = call.session
+    version and the session id do not change once its calls begin), its endpoint too (the SSE
+    connection's, else the declared label, else `origin`)."""
+    session, url = call.session, req.url
     known = runtime.session_routes.get(session) if session is not None else None
     if known is not None and known[0] == url:
         found: Route = known[1]
         return found
-    route = _read_route(runtime, session, request, url, sse, endpoint)
+    sse = req.sse
+    endpoint = sse.endpoint if sse is not None else req.declaration.label or origin
+    route = _read_route(runtime, session, req.request, url, sse, endpoint)
     if session is not None:
         runtime.session_routes[session] = (url, route)
     return route

@@ -50,7 +50,11 @@ async def call_tool(
     if type(name) is not str:
         return await wrapped(*args, **kwargs)
     app_call = outer = CURRENT_APP_CALL.get()
-    if app_call is not None and not _is_round(app_call, instance, name, arguments):
+    # One of the app's call's rounds: the very arguments the app gave, on its Client's session (not
+    # a call an input callback makes meanwhile).
+    if app_call is not None and not (
+        instance is app_call.session and name == app_call.tool and arguments is app_call.arguments
+    ):
         app_call = None
     # A round's app call asked, in this very context, a moment ago (client_call_tool).
     if app_call is None and not is_instrumentation_enabled():
@@ -58,7 +62,6 @@ async def call_tool(
     continues = app_call is not None and app_call.continues
     # The HTTP seam reads the call's own flag (1.x sends from another task).
     call = ToolCall(runtime, name, instance, app_call, continues=continues)
-    after_mismatch = app_call is not None and app_call.mismatched
     token = CURRENT_CALL.set(call)
     # What this call sends in turn (an in-process server's handler) is no round of the app's.
     app_token = CURRENT_APP_CALL.set(None) if outer is not None else None
@@ -72,7 +75,7 @@ async def call_tool(
         else:
             result = await _stoppable(call, wrapped, args, kwargs)
     except BaseException as exc:
-        seen = await _failed(runtime, call, exc, after_mismatch)
+        seen = await _failed(runtime, call, exc)
         if seen is None:
             raise
         raise seen from seen.__cause__
@@ -97,11 +100,12 @@ async def call_tool(
     return result
 
 
-async def _failed(
-    runtime: Runtime, call: ToolCall, exc: BaseException, after_mismatch: bool
-) -> BaseException | None:
+async def _failed(runtime: Runtime, call: ToolCall, exc: BaseException) -> BaseException | None:
     """The SDK's call raised `exc`: the call ends; what its caller sees instead (None: `exc`)."""
     app_call = call.app_call
+    # Whether the round before was rejected with HEADER_MISMATCH (read here, only when a round fails:
+    # nothing else changes it while this round runs).
+    after_mismatch = app_call is not None and app_call.mismatched
     if app_call is not None:
         app_call.mismatched = getattr(exc, "code", None) == HEADER_MISMATCH
     seen = call.failed(exc)
@@ -110,12 +114,6 @@ async def _failed(
     if after_mismatch and isinstance(seen, RepeatRefusedError):
         seen = RepeatRefusedError(call.tool, sdk_resend=True)  # the app called once: say what happened
     return seen
-
-
-def _is_round(app_call: AppCall, session: object, tool: str, arguments: object) -> bool:
-    """Whether this `ClientSession.call_tool` is one of the app's call's rounds: the very arguments
-    the app gave, on its Client's session (not a call an input callback makes meanwhile)."""
-    return session is app_call.session and tool == app_call.tool and arguments is app_call.arguments
 
 
 async def _tell_store(runtime: Runtime, call: ToolCall) -> None:
@@ -183,8 +181,9 @@ async def client_call_tool(
 
 def _tool_and_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
     """The tool's name and its arguments, first in both `call_tool` signatures (ClientSession, Client)."""
-    name = args[0] if args else kwargs.get("name")
-    return name, args[1] if len(args) > 1 else kwargs.get("arguments")
+    if len(args) > 1:  # both positional, as mcp 2.x's Client passes them on: the usual case first
+        return args[0], args[1]
+    return (args[0] if args else kwargs.get("name")), kwargs.get("arguments")
 
 
 async def notify(
