@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.fields import (
@@ -30,9 +30,6 @@ from otel_mcp_replay.fields import (
     type_error,
     value_error,
 )
-
-if TYPE_CHECKING:
-    from otel_mcp_replay.law import Decision
 from otel_mcp_replay.telemetry import Policy
 
 LABEL: Final = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
@@ -163,11 +160,6 @@ class Declaration:
     adapter: str | None = None
     # The key argument's reference tokens (a name: one), read once from it; never compared.
     key_path: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
-    # The law's word on a network failure of a declared tool's request, with and without its key, as
-    # law.permit_on_network first asked it (the same for each such request); never compared.
-    network_words: dict[tuple[str, bool], Decision] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         # Built directly (not through declaration_of) it is held to the same rule, and frozen.
@@ -234,7 +226,6 @@ def declaration_of(raw: object, where: str = "") -> Declaration:
         label=label,
         adapter=adapter,
         key_path=key_path,
-        network_words={},
     )
 
 

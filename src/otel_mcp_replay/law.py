@@ -251,15 +251,5 @@ def permit_on_network(declaration: Declaration, target: Target, fail_closed: boo
     """`permit` after a network failure (a cut of its answer's stream too), asked once per request
     as it is read: what the wire reads (whether a stream is read ahead, so a cut of it can be
     repeated) and the policy reads (whether a network failure is repeated). A runtime that fails
-    closed repeats nothing. A declared tool's word is the same for each of its requests that
-    carries (or lacks) its key: asked of `permit` once, then read from the declaration."""
-    if fail_closed:
-        return NOT_PERMITTED
-    tool = target.tool
-    if not tool or tool not in declaration.tools or target.batch or target.poll:
-        return permit(declaration, target, "network")
-    words, key = declaration.network_words, (tool, target.key_carried)
-    word = words.get(key)
-    if word is None:
-        word = words[key] = permit(declaration, target, "network")
-    return word
+    closed repeats nothing."""
+    return NOT_PERMITTED if fail_closed else permit(declaration, target, "network")
