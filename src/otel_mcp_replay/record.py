@@ -335,25 +335,8 @@ def call_record(
     omitted, columns = _columns(rows)
     if columns[0] and not _statuses(columns[0]):
         raise RecordRefused(t.ATTEMPTS_STATUS)
-    # (_in_order, in place: a record per call)
-    record = dict(
-        zip(
-            t.RECORD_KEYS,
-            (
-                policy,
-                sent,
-                effect,
-                verdict,
-                may_have_run,
-                endpoint,
-                omitted,
-                tool,
-                request_id,
-                call_round,
-                *columns,
-            ),
-            strict=True,
-        )
+    record = _in_order(
+        policy, sent, effect, verdict, may_have_run, endpoint, omitted, tool, request_id, call_round, *columns
     )
     if task is not None:  # a task-backed call's: its task's keyed hash (ours), the status seen
         record[t.TASK], record[t.TASK_STATUS] = task
