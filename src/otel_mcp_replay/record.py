@@ -320,15 +320,9 @@ def call_record(
     allow-list accepts (tests/law/test_record.py proves it over every word). Raises RecordRefused
     (a ValueError naming the key, never a value) for an outside value the allow-list refuses: the
     caller files nothing rather than a trimmed record."""
-    # is_sane_text's checks, inline (run on every call: no frame for each)
-    if type(tool) is not str or len(tool) > MAX_TEXT_LEN or not tool.isprintable():
+    if not is_sane_text(tool):
         raise RecordRefused(t.GEN_AI_TOOL_NAME)
-    if (
-        type(request_id) is not str
-        or not request_id
-        or len(request_id) > MAX_TEXT_LEN
-        or not request_id.isprintable()
-    ):
+    if not is_sane_text(request_id, allow_empty=False):
         raise RecordRefused(t.JSONRPC_REQUEST_ID)
     if not is_endpoint(endpoint):
         raise RecordRefused(t.ENDPOINT)
@@ -346,12 +340,11 @@ def call_record(
 def _columns(rows: Sequence[AttemptRow]) -> tuple[int, tuple[tuple[object, ...], ...]]:
     """The rows listed (the first ones and the last, at most MAX_RECORD_ROWS), how many were omitted,
     and the listed rows as the record's five columns."""
-    listed = rows
-    omitted = len(rows) - t.MAX_RECORD_ROWS
-    if omitted > 0:
-        listed = (*rows[: t.MAX_RECORD_ROWS - 1], rows[-1])
-    else:
-        omitted = 0
+    listed = list(rows)
+    omitted = 0
+    if len(listed) > t.MAX_RECORD_ROWS:
+        omitted = len(listed) - t.MAX_RECORD_ROWS
+        listed = listed[: t.MAX_RECORD_ROWS - 1] + listed[-1:]
     if not all(map(is_, map(type, listed), repeat(AttemptRow))):
         raise RecordRefused("rows (not AttemptRow)")
     # Rows to columns with one transpose in C (each row is exactly our own named tuple).
