@@ -39,7 +39,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.answers import json_message
-from otel_mcp_replay.attempt import http_instrumented
+from otel_mcp_replay.attempt import _http_instrumented
 from otel_mcp_replay.call import hashed_session_id
 from otel_mcp_replay.call_span import start_call_span
 from otel_mcp_replay.endpoints import span_endpoint_of
@@ -244,7 +244,7 @@ def skeleton(
             span.set_attributes(answered)
             span.end()
             instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
-            if http_instrumented():
+            if _http_instrumented():
                 started = getattr(span, "start_time", None) or time.time_ns()
                 http.record(max(time.time_ns() - started, 0) / 1e9, post_metric, status, "1.1", None)
 

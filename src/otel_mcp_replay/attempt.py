@@ -117,7 +117,7 @@ class Attempt:
         else:
             # Its POST's point of the HTTP client duration is its to record where the HTTP client
             # instrumentation, suppressed under its span, no longer records it (asked as it opens).
-            if route.endpoint is not None and http_instrumented():
+            if route.endpoint is not None and _http_instrumented():
                 self.timed = route.post_metric_attributes
             # Its span, begun now (or at `start_ns`): the HTTP client span of its POST, in the HTTP
             # conventions in force (read once per route), then the replay's facts.
@@ -365,7 +365,7 @@ class Attempt:
 _HTTP_INSTRUMENTATION = "opentelemetry.instrumentation.httpx"
 
 
-def http_instrumented() -> bool:
+def _http_instrumented() -> bool:
     """Whether the installed line's HTTP client instrumentation is on (its instrumentor's singleton
     says so; never imported here: an app that did not import it has none on)."""
     module = sys.modules.get(_HTTP_INSTRUMENTATION)

@@ -296,46 +296,26 @@ class ToolCall:
         may_have_run: bool = False,
         code: int | None = None,
     ) -> None:
-        """The one end of a call, read in order: its `Ending`, read once from its ledger; its record
-        built from it and filed once, vouched for to the redaction (a record that cannot be filed
-        never breaks the caller's call); the repeat guard told; its request's point of the operation
-        duration, unless timed already; and its span's outcome and the calls metric built from it
-        (call_span.CallSpan.end), or, for a round, its app's call told, which ends the span once."""
-        route = self.call_span.route
-        # Where it went: its route's endpoint when the HTTP seam saw it (asked here: the usual case).
-        endpoint, local = (route.record_endpoint, False) if route is not None else self._where(verdict)
-        self.abandon()  # (a call ended already, as it failed: nothing more to settle)
+        """The one end of a call, read in order: its `Ending` (`_ending`); its record built from it and
+        filed once, vouched for to the redaction (a record that cannot be filed never breaks the
+        caller's call); the repeat guard told; its request's point of the operation duration, unless
+        timed already; and its span's outcome and the calls metric built from it (CallSpan.end), or,
+        for a round, its app's call told, which ends the span once."""
+        ending, endpoint = self._ending(verdict, failure_type, may_have_run, code)
         ledger, task, runtime, app_call = self.ledger, self.task, self.runtime, self.app_call
-        call_round = 1 if app_call is None else app_call.rounds  # (a round ends before the next begins)
-        # A task-backed call left before its task's end: unknown, its task may run on.
-        effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
-        if failure_type is None:
-            code = None
-        ending = Ending(
-            verdict,
-            effect,
-            (self.declaration or COMPATIBILITY).policy,
-            ledger.sent,
-            may_have_run,
-            UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
-            failure_type,
-            code,
-            ledger.http_version,
-            local,
-        )
         span = self.call_span.span
         try:
             record = call_record(
                 policy=ending.policy,
                 sent=ending.sent,
-                effect=effect,
+                effect=ending.effect,
                 verdict=verdict,
                 may_have_run=may_have_run,
                 endpoint=endpoint,
                 tool=self.tool,
                 request_id=ending.request_id,
                 rows=ledger.rows,
-                call_round=call_round,
+                call_round=1 if app_call is None else app_call.rounds,  # (a round ends before the next)
                 task=None if task is None else (task.hash, task.status),
             )
             runtime.file_record(span, record)
@@ -344,12 +324,12 @@ class ToolCall:
             runtime.instruments.records_refused.add(1)
         except Exception:
             runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
-        self.attempt = None  # its latest attempt, which refers back to it, let go with it
         guard, guarded = runtime.guard, self.guarded
         if guarded is not None and guarded.fingerprint is not None and guard is not None and ledger.rows:
             # (a call refused before it was sent arms nothing)
-            guarded.armed = guard.ended(guarded.fingerprint, effect, failed=verdict == "failed")
+            guarded.armed = guard.ended(guarded.fingerprint, ending.effect, failed=verdict == "failed")
         if self.started_ns:
+            route, code, local = self.call_span.route, ending.code, ending.local
             record_operation(
                 runtime, self.tool, self.started_ns, route, failure_type, code, ending.http_version, local
             )
@@ -362,7 +342,35 @@ class ToolCall:
         else:
             app_call.sent += ending.sent
         app_call.ending, app_call.continues = ending, verdict == "input-required"
-        app_call.effect = SERIES_EFFECT[app_call.effect, effect]  # uncertainty survives
+        app_call.effect = SERIES_EFFECT[app_call.effect, ending.effect]  # uncertainty survives
+
+    def _ending(
+        self, verdict: CallVerdict, failure_type: str | None, may_have_run: bool, code: int | None
+    ) -> tuple[Ending, str]:
+        """How it ended, read once (asked first, before anything of others is called): its attempts
+        settled (one still awaiting its answer reads what its streams said), its ledger read into an
+        `Ending`, and where its record says it went."""
+        route = self.call_span.route
+        # Where it went: its route's endpoint when the HTTP seam saw it (asked here: the usual case).
+        endpoint, local = (route.record_endpoint, False) if route is not None else self._where(verdict)
+        self.abandon()  # (a call ended already, as it failed: nothing more to settle)
+        self.attempt = None  # its latest attempt, which refers back to it, let go with it
+        ledger, task = self.ledger, self.task
+        # A task-backed call left before its task's end: unknown, its task may run on.
+        effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
+        ending = Ending(
+            verdict,
+            effect,
+            (self.declaration or COMPATIBILITY).policy,
+            ledger.sent,
+            may_have_run,
+            UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
+            failure_type,
+            None if failure_type is None else code,
+            ledger.http_version,
+            local,
+        )
+        return ending, endpoint
 
     def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
         """Where its record says it went, and whether it went another way than HTTP. No HTTP request

@@ -31,7 +31,7 @@ from otel_mcp_replay.telemetry import INSTRUMENTATION_NAME
 _logger = logging.getLogger(__name__)
 
 # Where the process's task ids live (its instrumentor's): looked up, never imported from here, as
-# attempt.http_instrumented finds the HTTP instrumentor. The instrumentor imports this wing; a process
+# attempt._http_instrumented finds the HTTP instrumentor. The instrumentor imports this wing; a process
 # that never loaded it ran no call and saw no task.
 _INSTRUMENTOR_MODULE: Final = "otel_mcp_replay.instrumentor"
 
