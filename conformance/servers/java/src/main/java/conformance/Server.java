@@ -111,7 +111,10 @@ public final class Server {
 
   private static HttpServlet stateful() {
     var transport = HttpServletStreamableServerTransportProvider.builder().mcpEndpoint("/mcp").build();
-    var server = McpServer.sync(transport).serverInfo(NAME, "1").capabilities(legacyCapabilities());
+    // The tool runs on Tomcat's own request thread: on Reactor's worker, the thread is now and then
+    // interrupted before it writes the answer, and Tomcat drops it (docs/conformance.md).
+    var server = McpServer.sync(transport).serverInfo(NAME, "1").capabilities(legacyCapabilities())
+        .immediateExecution(true);
     TOOLS.forEach(tool -> server.toolCall(legacyTool(tool), (exchange, request) -> legacy(tool, request)));
     server.build();
     return transport;
