@@ -385,6 +385,8 @@ class _AnsweredWhenDone:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from harness.faults import replayed_request
+
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -398,7 +400,7 @@ class _AnsweredWhenDone:
         with anyio.move_on_after(TASK_WAIT_S if polled else None):
             while True:
                 answer: list[Message] = []
-                await self.app(scope, _replayed(body), _kept(answer))
+                await self.app(scope, replayed_request(body), _kept(answer))
                 answered = b"".join(m.get("body", b"") for m in answer)
                 if not polled or not self._WORKING.search(answered):
                     break
@@ -412,21 +414,6 @@ def _kept(messages: list[Message]) -> Send:
         messages.append(message)
 
     return send
-
-
-def _replayed(body: bytes) -> Receive:
-    """A receive that hands the app `body`, whole, then waits (as the server's own would)."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    return receive
 
 
 def main(argv: list[str]) -> int:

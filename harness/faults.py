@@ -639,6 +639,22 @@ def _replaying(receive: Receive, body: bytes, complete: bool) -> Receive:
     return replay
 
 
+def replayed_request(body: bytes) -> Receive:
+    """A `receive` that hands the app `body`, whole, then waits (as the server's own would): for a
+    middleware that read the request itself and runs the app on it, once or more."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return receive
+
+
 def _parse(scope: Scope, body: bytes) -> _Post:
     headers = tuple(
         (k.decode("latin-1").lower(), v.decode("latin-1"))

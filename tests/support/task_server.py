@@ -14,6 +14,7 @@ from fastmcp_tasks import TasksExtension
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from harness.faults import replayed_request
 from harness.server import Counters, ServerHandle, running_server
 
 # How long a task's tool works before it ends: long enough that the client polls it at least once.
@@ -94,7 +95,9 @@ class TaskMisnaming:
             request["params"]["taskId"] = other
             body = json.dumps(request).encode()
             scope = dict(scope, headers=_headers(scope["headers"], body, {b"mcp-name": other.encode()}))
-        await self.app(scope, _replayed(body), self._creating(send) if method == "tools/call" else send)
+        await self.app(
+            scope, replayed_request(body), self._creating(send) if method == "tools/call" else send
+        )
 
     def _creating(self, send: Send) -> Send:
         """`send`, with the answer's task id noted and, while `reused` is set, replaced."""
@@ -128,21 +131,6 @@ def _headers(headers: Any, body: bytes, replaced: dict[bytes, bytes]) -> list[tu
     """`headers` with `replaced` and the length of `body` in place of their own."""
     kept = [(k, v) for k, v in headers if k.lower() not in replaced and k.lower() != b"content-length"]
     return [*kept, *replaced.items(), (b"content-length", str(len(body)).encode())]
-
-
-def _replayed(body: bytes) -> Receive:
-    """A receive that hands the app `body`, whole, then waits (as the server's own would)."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    return receive
 
 
 def running_task_server(misnaming: TaskMisnaming | None = None) -> ServerHandle:
