@@ -14,7 +14,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from tests.support.shape import class_fields
+from tests.support.shape import assigned_targets, class_fields
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "otel_mcp_replay"
 WRITER = "attempt.py"
@@ -31,29 +31,12 @@ def _is_ledger(node: ast.expr) -> bool:
     )
 
 
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        found = list(node.targets)
-    elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-        found = [node.target]
-    else:
-        return []
-    flat: list[ast.expr] = []
-    while found:
-        target = found.pop()
-        if isinstance(target, ast.Tuple | ast.List):
-            found.extend(target.elts)
-        else:
-            flat.append(target)
-    return flat
-
-
 def ledger_writers(sources: dict[str, str], facts: set[str]) -> dict[str, set[str]]:
     """Each ledger fact, and the modules that assign to it."""
     writers: dict[str, set[str]] = defaultdict(set)
     for module, source in sources.items():
         for node in ast.walk(ast.parse(source)):
-            for target in _targets(node):
+            for target in assigned_targets(node):
                 if isinstance(target, ast.Attribute) and target.attr in facts and _is_ledger(target.value):
                     writers[target.attr].add(module)
     return writers

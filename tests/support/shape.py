@@ -1,5 +1,6 @@
 """The shape of the call's core read from its source (AST), for the packaging tests: a class's
-fields, a module's entry points (tests/packaging/test_call_shape.py says what each counts)."""
+fields, a module's entry points (tests/packaging/test_call_shape.py says what each counts), what a
+statement assigns to."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def _class(tree: ast.Module, name: str) -> ast.ClassDef:
     return found[0]
 
 
-def _targets(node: ast.AST) -> list[ast.expr]:
-    """What an assignment statement assigns to, tuples and lists unpacked."""
+def assigned_targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment (`=`, `+=`, annotated) assigns to, tuples, lists and starred targets unpacked."""
     if isinstance(node, ast.Assign):
         pending = list(node.targets)
     elif isinstance(node, ast.AnnAssign | ast.AugAssign):
@@ -63,7 +64,7 @@ def _self_fields(method: _Function) -> set[str]:
     return {
         target.attr
         for node in ast.walk(method)
-        for target in _targets(node)
+        for target in assigned_targets(node)
         if isinstance(target, ast.Attribute)
         and isinstance(target.value, ast.Name)
         and target.value.id == this
@@ -82,7 +83,7 @@ def class_fields(source: str, name: str) -> set[str]:
             continue  # `x = property(...)` and the like: no field
         fields |= {
             target.id
-            for target in _targets(node)
+            for target in assigned_targets(node)
             if isinstance(target, ast.Name) and not (target.id.startswith("__") and target.id.endswith("__"))
         }
     return fields
