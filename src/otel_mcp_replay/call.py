@@ -165,8 +165,9 @@ class ToolCall:
         """The call ended: a series waiting to repeat it stops waiting and sends nothing more, and
         an attempt still open is settled as what is known of it."""
         self.abandoned = True
-        releases, self._releases = self._releases, None
+        releases = self._releases
         if releases is not None:
+            self._releases = None
             for release in releases:
                 release()
         attempt = self.attempt
@@ -203,22 +204,23 @@ class ToolCall:
         """The SDK returned `result`: it ends; a claimed result (a client extension's own shape,
         whose resolver finishes it after this returns) ends as its app's call does (AppCall.ended),
         its request timed now."""
-        if getattr(result, "result_type", None) == "input_required":  # SEP-2322: input asked first
-            verdict: CallVerdict = "input-required"
-        else:
-            is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
-            if is_error is None:
-                is_error = getattr(result, "isError", False)
-            verdict = "tool-error" if is_error is True else "completed"
-        app_call = self.app_call
-        if app_call is not None:
+        if self.app_call is not None:
             found = sys.modules.get("mcp_types")  # imported by the SDK that returned `result`
             if found is not None and not isinstance(
                 result, (found.CallToolResult, found.InputRequiredResult)
             ):
                 self.went_on()
                 return
-        self.ended(verdict, t.TOOL_ERROR if verdict == "tool-error" else None)
+        if getattr(result, "result_type", None) == "input_required":  # SEP-2322: input asked first
+            self.ended("input-required", None)
+            return
+        is_error = getattr(result, "is_error", None)  # 2.x; 1.x names it isError
+        if is_error is None:
+            is_error = getattr(result, "isError", False)
+        if is_error is True:
+            self.ended("tool-error", t.TOOL_ERROR)
+        else:
+            self.ended("completed", None)
 
     def failed(self, exc: BaseException) -> BaseException | None:
         """The SDK's call ended with `exc`: it ends. Returns what the caller sees instead of `exc`
@@ -296,38 +298,16 @@ class ToolCall:
         may_have_run: bool = False,
         code: int | None = None,
     ) -> None:
-        """The one end of a call, read in order: its `Ending` (`_ending`); its record built from it and
-        filed once, vouched for to the redaction (a record that cannot be filed never breaks the
-        caller's call); the repeat guard told; its request's point of the operation duration, unless
-        timed already; and its span's outcome and the calls metric built from it (CallSpan.end), or,
-        for a round, its app's call told, which ends the span once."""
-        ending, endpoint = self._ending(verdict, failure_type, may_have_run, code)
-        ledger, task, runtime, app_call = self.ledger, self.task, self.runtime, self.app_call
-        span = self.call_span.span
-        try:
-            record = call_record(
-                policy=ending.policy,
-                sent=ending.sent,
-                effect=ending.effect,
-                verdict=verdict,
-                may_have_run=may_have_run,
-                endpoint=endpoint,
-                tool=self.tool,
-                request_id=ending.request_id,
-                rows=ledger.rows,
-                call_round=1 if app_call is None else app_call.rounds,  # (a round ends before the next)
-                task=None if task is None else (task.hash, task.status),
-            )
-            runtime.file_record(span, record)
-        except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
-            span.add_event(t.RECORD_REFUSED_EVENT)
-            runtime.instruments.records_refused.add(1)
-        except Exception:
-            runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
-        guard, guarded = runtime.guard, self.guarded
-        if guarded is not None and guarded.fingerprint is not None and guard is not None and ledger.rows:
-            # (a call refused before it was sent arms nothing)
-            guarded.armed = guard.ended(guarded.fingerprint, ending.effect, failed=verdict == "failed")
+        """The one end of a call, read in order: its `Ending`, and its record built from it and filed
+        once (`_ending`); the repeat guard told; its request's point of the operation duration,
+        unless timed already; and its span's outcome and the calls metric built from it
+        (CallSpan.end), or, for a round, its app's call told, which ends the span once."""
+        ending = self._ending(verdict, failure_type, may_have_run, code)
+        runtime, guarded, app_call = self.runtime, self.guarded, self.app_call
+        if guarded is not None and guarded.fingerprint is not None and self.ledger.rows:
+            guard = runtime.guard  # (a call refused before it was sent arms nothing)
+            if guard is not None:
+                guarded.armed = guard.ended(guarded.fingerprint, ending.effect, failed=verdict == "failed")
         if self.started_ns:
             route, code, local = self.call_span.route, ending.code, ending.local
             record_operation(
@@ -346,16 +326,16 @@ class ToolCall:
 
     def _ending(
         self, verdict: CallVerdict, failure_type: str | None, may_have_run: bool, code: int | None
-    ) -> tuple[Ending, str]:
+    ) -> Ending:
         """How it ended, read once (asked first, before anything of others is called): its attempts
         settled (one still awaiting its answer reads what its streams said), its ledger read into an
-        `Ending`, and where its record says it went."""
-        route = self.call_span.route
+        `Ending`, and its record built from it and filed once where it went, vouched for to the
+        redaction (a record that cannot be filed never breaks the caller's call)."""
+        route, ledger, task, app_call = self.call_span.route, self.ledger, self.task, self.app_call
         # Where it went: its route's endpoint when the HTTP seam saw it (asked here: the usual case).
         endpoint, local = (route.record_endpoint, False) if route is not None else self._where(verdict)
         self.abandon()  # (a call ended already, as it failed: nothing more to settle)
         self.attempt = None  # its latest attempt, which refers back to it, let go with it
-        ledger, task = self.ledger, self.task
         # A task-backed call left before its task's end: unknown, its task may run on.
         effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
         ending = Ending(
@@ -370,7 +350,28 @@ class ToolCall:
             ledger.http_version,
             local,
         )
-        return ending, endpoint
+        runtime, span = self.runtime, self.call_span.span
+        try:
+            record = call_record(
+                policy=ending.policy,
+                sent=ending.sent,
+                effect=effect,
+                verdict=verdict,
+                may_have_run=may_have_run,
+                endpoint=endpoint,
+                tool=self.tool,
+                request_id=ending.request_id,
+                rows=ledger.rows,
+                call_round=1 if app_call is None else app_call.rounds,  # (a round ends before the next)
+                task=None if task is None else (task.hash, task.status),
+            )
+            runtime.file_record(span, record)
+        except RecordRefused:  # e.g. a tool name with control characters: refused whole, never trimmed
+            span.add_event(t.RECORD_REFUSED_EVENT)
+            runtime.instruments.records_refused.add(1)
+        except Exception:
+            runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
+        return ending
 
     def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
         """Where its record says it went, and whether it went another way than HTTP. No HTTP request
