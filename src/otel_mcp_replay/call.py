@@ -339,12 +339,12 @@ class ToolCall:
         # A task-backed call left before its task's end: unknown, its task may run on.
         effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
         ending = Ending(
-            verdict,
-            effect,
+            UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
             (self.declaration or COMPATIBILITY).policy,
             ledger.sent,
+            effect,
+            verdict,
             may_have_run,
-            UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
             failure_type,
             None if failure_type is None else code,
             ledger.http_version,

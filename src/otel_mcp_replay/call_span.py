@@ -77,18 +77,23 @@ def route_of(
 
 class Ending(NamedTuple):
     """How a call ended, in the record's words, made once where it ends (call.ToolCall.ended): its
-    record, its span's outcome and its point of the calls metric are all read from it."""
+    record, its span's outcome and its point of the calls metric are all read from it. Its first six
+    fields are the outcome's first six attributes, in their order (`_OUTCOME`)."""
 
-    verdict: CallVerdict
-    effect: Effect
+    request_id: str
     policy: Policy
     sent: int
+    effect: Effect
+    verdict: CallVerdict
     may_have_run: bool
-    request_id: str
     failure_type: str | None  # error.type: the server's JSON-RPC code, the error's type, or tool_error
     code: int | None  # the server's JSON-RPC error code, when it failed the call with one
     http_version: str | None
     local: bool  # it went another way than HTTP (stdio, in-process)
+
+
+# The span attributes an Ending's first six fields are written under, in the Ending's order.
+_OUTCOME: Final = (t.JSONRPC_REQUEST_ID, t.POLICY, t.SENT, t.EFFECT, t.VERDICT, t.MAY_HAVE_RUN)
 
 
 class CallSpan:
@@ -121,15 +126,7 @@ class CallSpan:
         outer instrumentation's) is written the same, with the conventions' operation, and left for
         its maker to end: this runs inside its maker's call, so before it ends it."""
         span = self.span
-        verdict, effect, policy = ending.verdict, ending.effect, ending.policy
-        outcome: dict[str, str | int | bool] = {
-            t.JSONRPC_REQUEST_ID: ending.request_id,
-            t.POLICY: policy,
-            t.SENT: ending.sent,
-            t.EFFECT: effect,
-            t.VERDICT: verdict,
-            t.MAY_HAVE_RUN: ending.may_have_run,
-        }
+        outcome: dict[str, str | int | bool] = dict(zip(_OUTCOME, ending[:6], strict=True))
         if ending.failure_type is not None:
             outcome[t.ERROR_TYPE] = ending.failure_type
             if ending.code is not None:
@@ -138,15 +135,21 @@ class CallSpan:
         if ending.http_version is not None:
             outcome[t.NETWORK_PROTOCOL_VERSION] = ending.http_version
         route = self.route
-        where = route.span_attributes if route is not None else _LOCAL_ROUTE if ending.local else None
-        if where is not None:
-            outcome.update(where)
+        if route is not None:
+            outcome.update(route.span_attributes)
+        elif ending.local:
+            outcome.update(_LOCAL_ROUTE)
         if self.owned:
             span.set_attributes(outcome)  # the call's one write at its end
             span.end()
         else:
             span.set_attributes({**_CALL_OPERATION, **outcome})
-        metric = {t.VERDICT: verdict, t.EFFECT: effect, t.POLICY: policy, t.GEN_AI_TOOL_NAME: tool}
+        metric = {
+            t.VERDICT: ending.verdict,
+            t.EFFECT: ending.effect,
+            t.POLICY: ending.policy,
+            t.GEN_AI_TOOL_NAME: tool,
+        }
         runtime.instruments.calls.add(1, metric)
 
 
