@@ -375,7 +375,7 @@ class ToolCall:
 
     def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
         """Where its record says it went, and whether it went another way than HTTP. No HTTP request
-        of it seen (it has no route: `ended` reads a route's endpoint itself): failed before
+        of it seen (it has no route: `_ending` reads a route's endpoint itself): failed before
         anything left, under its session's known policy and endpoint (nothing sent, effect none);
         else it went another way (stdio, in-process): one attempt, never repeated, as it ran."""
         if self.declaration is not None:  # (bound with no route: never by the HTTP seam)
