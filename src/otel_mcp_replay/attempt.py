@@ -352,8 +352,7 @@ class Attempt:
             attributes[t.DECLINED] = metric[t.DECLINED] = declined
         if repeated:
             attributes[t.WAIT_MS] = self.wait_ms
-        # One call: the SDK locks per call.
-        self.span.set_attributes(attributes)
+        self.span.set_attributes(attributes)  # one call: the SDK locks per call
         self.span.end(end_time=self.ended_ns or None)
         ledger.rows += (AttemptRow(outcome.status, failure or "", effect, by, self.wait_ms),)
         if effect != "none":

@@ -200,9 +200,9 @@ async def exchange(http: HttpLibrary, sending: Exchanging, door: Door) -> Exchan
     version = http_version(response)
     declaration = sending.declaration
     # A 2xx's answer is watched for here, else on the legacy SSE stream.
-    watch_body = sending.streamable and sending.sse is None
+    reading = sending if sending.streamable and sending.sse is None else None
     try:
-        outcome, reply, watch = await outcome_of(http, declaration, response, sending if watch_body else None)
+        outcome, reply, watch = await outcome_of(http, declaration, response, reading)
     except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
