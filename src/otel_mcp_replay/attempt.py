@@ -164,18 +164,18 @@ class Attempt:
         request = sending.request
         try:
             propagate.inject(request.headers, context=context)
-            if self.door is None:  # (a redirect's next hop goes through the same door)
-                self.door = Door(request)
-            else:
-                self.door.request = request
-            got = await exchange(http, sending, self.door)
+            door = self.door
+            if door is None:  # (a redirect's next hop goes through the same door)
+                door = self.door = Door()
+            door.request = request
+            got = await exchange(http, sending, door)
         except BaseException:
             self.abandon()
             raise
         finally:
             otel_context.detach(token)
         # The client sent it again of itself: each response an attempt, the last one goes on.
-        attempt = self._resent() if self.door.resends else self
+        attempt = self._resent() if door.resends else self
         status = got.outcome.status
         if 300 <= status < 400 and followed(got.response, request):
             attempt.state, attempt.hop_status = "redirected", status

@@ -176,13 +176,11 @@ class Door:
     redirect: an auth flow's re-send), with that response's status and when. Written here, read by
     the attempt: the wire tells no one."""
 
-    # What most doors never change starts as a class attribute (one store fewer per attempt each).
+    # Each starts as a class attribute (one store fewer per attempt each; no __init__ to call).
+    request: Any = None  # the attempt's request now at the door (a redirect's next hop: its own)
     hops = 0
     last_status = 0  # of the latest response to it here (0: none yet)
     resends: tuple[tuple[int, int], ...] = ()  # (status, time_ns) of each re-send
-
-    def __init__(self, request: Any) -> None:
-        self.request = request
 
 
 async def exchange(http: HttpLibrary, sending: Exchanging, door: Door) -> Exchange:
