@@ -239,14 +239,11 @@ def skeleton(
         call.status = status = response.status_code
 
         def ended() -> None:
-            answered: dict[str, Any] = {t.EFFECT: "applied"}
-            http.response(answered, status, "1.1", None)
-            span.set_attributes(answered)
+            timed = post_metric if _http_instrumented() else None
+            said = http.exchanged(status, "1.1", None, span, time.time_ns(), timed)
+            span.set_attributes({**said, t.EFFECT: "applied"})
             span.end()
             instruments.attempts.add(1, {t.GEN_AI_TOOL_NAME: name})
-            if _http_instrumented():
-                started = getattr(span, "start_time", None) or time.time_ns()
-                http.record(max(time.time_ns() - started, 0) / 1e9, post_metric, status, "1.1", None)
 
         raw = response.headers.raw  # read as the plugin reads it: names lowered in C, no decoding
         content_type = dict(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 import anyio
 from opentelemetry import context as otel_context
@@ -34,9 +34,11 @@ from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary
 from otel_mcp_replay.policy import Wait
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
-from otel_mcp_replay.telemetry import DeclinedReason
+from otel_mcp_replay.telemetry import AttemptPermission, DeclinedReason
 
 State = Literal["sending", "redirected", "exchanged", "awaiting", "done"]
+
+_NOT_EXCHANGED: Final = Exchange(NO_RESPONSE, None, None)  # an attempt's exchange, until it ends
 
 # How long a cut SSE POST's answer is awaited on the connection's stream: a server that took the
 # request answers there within milliseconds; past this the attempt's effect stays unknown.
@@ -92,12 +94,13 @@ class Attempt:
     repeated = False  # a repeat followed this attempt (its wait is written, even when 0)
     door: Door | None = None  # its request at the client's door (patches/wire.py), while sent
     stream_cut = False  # its answer's stream was cut, not ended
-    error: BaseException | None = None  # what its exchange raised (its response's body cut, or none came)
-    http_version: str | None = None  # the HTTP version of its response (network.protocol.version)
+    # What its exchange came to (its response's HTTP version, the error it raised: its response's
+    # body cut, or none came; its event stream's watch), kept as its exchange ended.
+    got: Exchange = _NOT_EXCHANGED
     # Its POST's response, as the HTTP conventions say it on its span: made as its exchange ended.
-    http_attributes: Attributes | None = None
+    http_attributes: Attributes
     timed: Attributes | None = None  # its POST's HTTP duration attributes, when it records the duration
-    watch: RequestWatch | None = None  # its event stream's watch: sees whether the SDK read it to the end
+    span: Span
     declined_on_cut: DeclinedReason | None = None  # why a cut of its stream is not repeated: the law's word
 
     def __init__(
@@ -111,7 +114,6 @@ class Attempt:
         self.permission = permission
         call_span = owner.call_span
         route = call_span.route
-        self.span: Span
         if route is None:  # not over HTTP (stdio, in-process): no HTTP span, only its row
             self.span = trace.INVALID_SPAN
         else:
@@ -142,6 +144,11 @@ class Attempt:
         if outcome is not None:
             self._exchanged(outcome)
 
+    @property
+    def watch(self) -> RequestWatch | None:
+        """Its event stream's watch: sees whether the SDK read it to the end (what its exchange got)."""
+        return self.got.watch
+
     # -- the steps the loop tells it --
 
     async def send(self, http: HttpLibrary, sending: Exchanging) -> tuple[Attempt, Exchange]:
@@ -157,30 +164,31 @@ class Attempt:
         request = sending.request
         try:
             propagate.inject(request.headers, context=context)
-            if self.door is None:  # (a redirect's next hop goes through the same door)
-                self.door = Door(request)
-            else:
-                self.door.request = request
-            got = await exchange(http, sending, self.door)
+            door = self.door
+            if door is None:  # (a redirect's next hop goes through the same door)
+                door = self.door = Door()
+            door.request = request
+            got = await exchange(http, sending, door)
         except BaseException:
             self.abandon()
             raise
         finally:
             otel_context.detach(token)
         # The client sent it again of itself: each response an attempt, the last one goes on.
-        attempt = self._resent() if self.door.resends else self
-        if 300 <= got.outcome.status < 400 and followed(got.response, request):
-            attempt.state, attempt.hop_status = "redirected", got.outcome.status
+        attempt = self._resent() if door.resends else self
+        status = got.outcome.status
+        if 300 <= status < 400 and followed(got.response, request):
+            attempt.state, attempt.hop_status = "redirected", status
             return attempt, got
-        if sending.sse is not None and got.outcome.status == 0 and got.outcome.effect == "unknown":
+        if sending.sse is not None and status == 0 and got.outcome.effect == "unknown":
             got = await attempt._answer_on_connection(http, got, request)
         if attempt.state == "sending":  # -> EXCHANGED (else cut short already: not this request's record)
-            outcome, error, version, ended_ns = got.outcome, got.error, got.version, time.time_ns()
-            attempt.state, attempt.outcome, attempt.ended_ns = "exchanged", outcome, ended_ns
-            attempt.error, attempt.http_version, attempt.watch = error, version, got.watch
+            ended_ns = time.time_ns()
+            attempt.state, attempt.got, attempt.outcome = "exchanged", got, got.outcome
+            attempt.ended_ns = ended_ns
             # What its POST came to, as the HTTP conventions say it, where its exchange ended.
             attempt.http_attributes = attempt.owner.runtime.instruments.http.exchanged(
-                outcome.status, version, error, attempt.span, ended_ns, attempt.timed
+                got.outcome.status, got.version, got.error, attempt.span, ended_ns, attempt.timed
             )
             if got.watch is not None and isinstance(sending.on_network, Declined):
                 attempt.declined_on_cut = sending.on_network.reason  # a cut of its stream: not repeated
@@ -192,36 +200,32 @@ class Attempt:
         or -> AWAITING when its answer is still to come on a stream."""
         if self.state != "exchanged":
             return  # a redirect the client follows, or cut short already
-        if decision is None:
-            wait_ms, declined = 0, None
-        elif isinstance(decision, Wait):
-            wait_ms, declined = decision.ms, None
-        else:
-            wait_ms, declined = 0, decision.reason
-        self.wait_ms, self.declined = wait_ms, declined
-        outcome = self.outcome
-        self.repeated = outcome.failure is not None and declined is None
-        ledger, error = self.owner.ledger, self.error
+        if decision is not None:  # (none: its wait is 0, and it is not declined)
+            if isinstance(decision, Wait):
+                self.wait_ms = decision.ms
+            else:
+                self.declined = decision.reason
+        outcome, got, ledger = self.outcome, self.got, self.owner.ledger
         # What its exchange showed, written to the ledger once.
-        if self.http_version is not None:
-            ledger.http_version = self.http_version
-        body_cut = error is not None and outcome.status != 0  # a response came, and its body was cut
-        if (
-            outcome.failure == "network" and outcome.effect != "none"
-        ):  # (at an exchange's end: no whole response)
-            ledger.unanswered = True  # none at all, or its body cut (a received refusal is never this)
+        if outcome.failure is not None:
+            self.repeated = self.declined is None
+            if outcome.failure == "network" and outcome.effect != "none":  # (at an exchange's end)
+                ledger.unanswered = True  # no whole response: none at all, or its body cut
+        if got.version is not None:
+            ledger.http_version = got.version
         if outcome.answered:
             ledger.answer = "error" if outcome.failure == "error" else "result"
-        ledger.final_error = error  # the final error is the latest attempt's (None: a response)
-        if not self.repeated and outcome.status and ledger.delivered is None and not body_cut:
-            # The attempt the SDK was handed: the first word stands. A body cut is never handed on
-            # (the SDK gets the error, or what ends this one call).
+        ledger.final_error = got.error  # the final error is the latest attempt's (None: a response)
+        if not self.repeated and outcome.status and got.error is None and ledger.delivered is None:
+            # The attempt the SDK was handed: the first word stands. A response whose body was cut
+            # (an error with a status) is never handed on (the SDK gets the error, or what ends
+            # this one call).
             ledger.delivered = outcome.status
         if outcome.effect is not None:
             self._done()
             return
         self.state = "awaiting"
-        watch = self.watch
+        watch = got.watch
         answer = watch.answer if watch is not None else None
         if answer is not None or self.owner.heard is not None:  # it came already (read ahead, or SSE)
             self._done(heard=True)
@@ -304,7 +308,7 @@ class Attempt:
         if self.state != "sending":  # (else cut short already: not this request's record)
             return
         ended_ns = time.time_ns() if ended_ns is None else ended_ns
-        self.state, self.outcome, self.ended_ns, self.error = "exchanged", outcome, ended_ns, None
+        self.state, self.got, self.outcome, self.ended_ns = "exchanged", _NOT_EXCHANGED, outcome, ended_ns
         http = self.owner.runtime.instruments.http
         self.http_attributes = http.exchanged(outcome.status, None, None, self.span, ended_ns, self.timed)
 
@@ -316,7 +320,7 @@ class Attempt:
         owner, outcome = self.owner, self.outcome
         ledger = owner.ledger
         if heard:  # (read here, where its end goes on: nothing of the attempt's is called after it)
-            watch = self.watch
+            watch = self.got.watch
             answer = watch.answer if watch is not None else None
             if answer is None:
                 answer = owner.heard
@@ -330,35 +334,33 @@ class Attempt:
             outcome = self.outcome = outcome.after_stream(answer, cut=self.stream_cut and answer is None)
             if answer is None and outcome.failure == "error" and self.declined is None:
                 self.declined = "not-retryable"  # a response without its answer: the law's `error`
-        assert outcome.effect is not None
-        # One call: the SDK locks per call.
-        attributes: Attributes = {**(self.http_attributes or {}), t.EFFECT: outcome.effect}
-        status = outcome.status
-        if outcome.failure is not None:
-            attributes[t.FAILURE] = outcome.failure
-            self.span.set_status(Status(StatusCode.ERROR))
-        if self.declined is not None:
-            attributes[t.DECLINED] = self.declined
-        if self.repeated:
-            attributes[t.WAIT_MS] = self.wait_ms
-        self.span.set_attributes(attributes)
-        self.span.end(end_time=self.ended_ns or None)
-        permission = self.permission
-        by = "first" if permission is None else permission.by
-        ledger.rows += (AttemptRow(status, outcome.failure or "", outcome.effect, by, self.wait_ms),)
-        if outcome.effect != "none":
-            ledger.sent += 1
-        ledger.effect = SERIES_EFFECT[ledger.effect, outcome.effect]  # uncertainty survives
+        failure, effect, declined, repeated = outcome.failure, outcome.effect, self.declined, self.repeated
+        assert effect is not None
+        # Its span's last attributes and its count's, each fact written in both as it is read.
+        attributes: Attributes = {**self.http_attributes, t.EFFECT: effect}
         metric: dict[str, str] = {t.GEN_AI_TOOL_NAME: owner.tool}
-        if outcome.failure is not None:
-            metric[t.FAILURE] = outcome.failure
-        if permission is not None:
-            metric[t.PERMISSION_BY] = permission.by
-        if self.declined is not None:
-            metric[t.DECLINED] = self.declined
+        if failure is not None:
+            attributes[t.FAILURE] = metric[t.FAILURE] = failure
+            self.span.set_status(Status(StatusCode.ERROR))
+        permission = self.permission
+        by: AttemptPermission
+        if permission is None:
+            by = "first"
+        else:
+            by = metric[t.PERMISSION_BY] = permission.by
+        if declined is not None:
+            attributes[t.DECLINED] = metric[t.DECLINED] = declined
+        if repeated:
+            attributes[t.WAIT_MS] = self.wait_ms
+        self.span.set_attributes(attributes)  # one call: the SDK locks per call
+        self.span.end(end_time=self.ended_ns or None)
+        ledger.rows += (AttemptRow(outcome.status, failure or "", effect, by, self.wait_ms),)
+        if effect != "none":
+            ledger.sent += 1
+        ledger.effect = SERIES_EFFECT[ledger.effect, effect]  # uncertainty survives
         instruments = owner.runtime.instruments
         instruments.attempts.add(1, metric)
-        if self.repeated:
+        if repeated:
             instruments.wait.record(self.wait_ms / 1000.0, {t.GEN_AI_TOOL_NAME: owner.tool})
 
 

@@ -13,7 +13,7 @@ dashboard never mix the two.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.instrumentation._semconv import (
     HTTP_DURATION_HISTOGRAM_BUCKETS_NEW,
@@ -48,6 +48,18 @@ Attributes = dict[str, AttributeValue]
 # How many distinct responses and duration points each cache below holds before it starts again.
 _CACHED = 256
 
+# A point of a histogram: the request attributes it was made from, then its attributes for the old
+# histogram and the stable one (None: that histogram is not in force).
+_Point = tuple[Attributes, Attributes | None, Attributes | None]
+
+
+class _Response(NamedTuple):
+    """What a response says, made once: its span's attributes, and its duration points' by the id
+    of the request attributes each was made from."""
+
+    attributes: Attributes
+    points: dict[int, _Point]
+
 
 def http_mode() -> _StabilityMode:
     """The HTTP conventions `OTEL_SEMCONV_STABILITY_OPT_IN` selects, as the contrib HTTP
@@ -69,15 +81,12 @@ class HttpConventions:
     duration_new: Histogram | None  # http.client.request.duration, s
     # The contrib helpers that write these cost a few hundred opcodes a POST: what a response says
     # is made once per (status, HTTP version, error.type) and shared, read-only (an attempt copies
-    # it into its span's one write); a duration point's attributes once per request's attributes
-    # (a route's, never changed once made) and response, kept with the very request dict they were
+    # it into its span's one write), with its duration points' attributes, made once per request's
+    # attributes (a route's, never changed once made), kept with the very request dict they were
     # made from (its id is trusted only while the cache holds that dict).
-    _responses: dict[tuple[int, str | None, str | None], Attributes] = field(
+    _responses: dict[tuple[int, str | None, str | None], _Response] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    _points: dict[
-        tuple[int, int, str | None, str | None], tuple[Attributes, Attributes | None, Attributes | None]
-    ] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def resend_count(self) -> str | None:
@@ -151,17 +160,29 @@ class HttpConventions:
             )
         said = self._responses
         key = (status, http_version, error_type)
-        attributes = said.get(key)
-        if attributes is None:
-            attributes = {}
+        response = said.get(key)
+        if response is None:
+            attributes: Attributes = {}
             self.response(attributes, status, http_version, error_type)
             if len(said) >= _CACHED:
                 said.clear()
-            said[key] = attributes
+            response = said[key] = _Response(attributes, {})
         started = getattr(span, "start_time", None)  # the SDK's span: the POST began there
         if timed is not None and started:
-            self.record(max(ended_ns - started, 0) / 1e9, timed, status, http_version, error_type)
-        return attributes
+            # Its point of the HTTP client duration in force, with the instrumentation's attributes
+            # of each histogram (`timed`: those of `request()`).
+            seconds = max(ended_ns - started, 0) / 1e9
+            points = response.points
+            point = points.get(id(timed))
+            if point is None or point[0] is not timed:
+                if len(points) >= _CACHED:
+                    points.clear()
+                point = points[id(timed)] = self._point(timed, status, http_version, error_type)
+            if self.duration_old is not None:
+                self.duration_old.record(max(round(seconds * 1000), 0), point[1])
+            if self.duration_new is not None:
+                self.duration_new.record(seconds, point[2])
+        return response.attributes
 
     def response(
         self, attributes: Attributes, status: int, http_version: str | None, error_type: str | None
@@ -176,32 +197,9 @@ class HttpConventions:
             if error_type is not None:
                 attributes[t.ERROR_TYPE] = error_type
 
-    def record(
-        self,
-        seconds: float,
-        request: Attributes,
-        status: int,
-        http_version: str | None,
-        error_type: str | None,
-    ) -> None:
-        """The POST's point of the HTTP client duration in force, with the instrumentation's
-        attributes of each histogram (`request`: those of `request()`)."""
-        points = self._points
-        key = (id(request), status, http_version, error_type)
-        point = points.get(key)
-        if point is None or point[0] is not request:
-            point = self._point(request, status, http_version, error_type)
-            if len(points) >= _CACHED:
-                points.clear()
-            points[key] = point
-        if self.duration_old is not None:
-            self.duration_old.record(max(round(seconds * 1000), 0), point[1])
-        if self.duration_new is not None:
-            self.duration_new.record(seconds, point[2])
-
     def _point(
         self, request: Attributes, status: int, http_version: str | None, error_type: str | None
-    ) -> tuple[Attributes, Attributes | None, Attributes | None]:
+    ) -> _Point:
         """A duration point's attributes for each histogram in force, with `request`, whence they came."""
         mode = self.mode
         metric = dict(request)

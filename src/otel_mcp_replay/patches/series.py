@@ -26,7 +26,6 @@ from otel_mcp_replay.errors import RefusedError, RepeatRefusedError, ReplayUnava
 from otel_mcp_replay.guard import CallGuard
 from otel_mcp_replay.law import (
     Decision,
-    Declined,
     Target,
     permit_on_network,
     target_of,
@@ -189,21 +188,21 @@ async def _attempts(seam: HttpSeam, owner: AttemptsOwner, req: SeamRequest, orig
         if response is not None:
             await response.aclose()
         attempt, got = await attempt.send(seam.http, req)  # a client's re-send: the attempt it ended in
-        response = got.response
-        decision: Wait | Declined | None = None  # an answer decides nothing
-        if got.outcome.failure is not None:
-            budgets.charge(origin, got.outcome)
-            if policy is None:
-                policy = budgets.policy(
-                    origin, req.declaration, req.target, runtime.settings, runtime.fail_closed, req.on_network
-                )
-            decision, policy = policy.after(got.outcome, runtime.rng)
-        elif origin in budgets.drawn:  # an answer refills a bucket below full (a full one stays so)
-            budgets.charge(origin, got.outcome)
+        if got.outcome.failure is None:  # an answer decides nothing
+            if origin in budgets.drawn:  # it refills a bucket below full (a full one stays so)
+                budgets.charge(origin, got.outcome)
+            attempt.close(None)
+            return got
+        budgets.charge(origin, got.outcome)
+        if policy is None:
+            policy = budgets.policy(
+                origin, req.declaration, req.target, runtime.settings, runtime.fail_closed, req.on_network
+            )
+        decision, policy = policy.after(got.outcome, runtime.rng)
         if not isinstance(decision, Wait):
             attempt.close(decision)
             return got
-        repeat = decision  # the next attempt waits it out, then closes this one as repeated
+        repeat, response = decision, got.response  # the next attempt waits it out, then closes this one
 
 
 async def _handed(

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import anyio
 
@@ -34,6 +34,8 @@ from otel_mcp_replay.lines import LINE
 __all__ = ["answers_request"]  # the rule a request's own stream is read by, re-exported for the seams
 
 _MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
+# The HTTP versions the client libraries report, as network.protocol.version says them.
+_VERSIONS: Final = {b"HTTP/1.1": "1.1", b"HTTP/2": "2", b"HTTP/1.0": "1.0"}
 
 
 @dataclass(frozen=True)
@@ -83,23 +85,33 @@ async def outcome_of(
     body says of the answer (None: the body is not read, as a protocol request's is not). A body
     cut while read raises the client's TransportError."""
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
-    busy = (
-        status != 429
-        and declaration.adapter is not None
-        and await _session_busy(declaration.adapter, response)
-    )
-    reply: Reply | None = None
-    watch: RequestWatch | None = None
-    if reading is not None and 200 <= status < 300 and not busy:
-        reply, watch = await _read_reply(http, response, reading)
-    if status == 429 or busy:  # a refusal: its Retry-After is read, against the clock of now
+    if status == 429 or (
+        declaration.adapter is not None and await _session_busy(declaration.adapter, response)
+    ):  # a refusal: its Retry-After is read, against the clock of now
         retry_after = response.headers.get("retry-after")
+        busy = status != 429
         return (
-            classify(status, reply, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time()),
-            reply,
-            watch,
+            classify(status, None, session_busy=busy, retry_after=retry_after, now_epoch_s=time.time()),
+            None,
+            None,
         )
-    return classify(status, reply), reply, watch
+    if reading is None or not 200 <= status < 300:
+        return classify(status, None), None, None
+    # A 2xx: a JSON answer is read now (so a cut body is a failure this series can still repeat),
+    # an event stream watched for it as the SDK reads it (its attempt reads the watch).
+    content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
+    if status == 202:
+        reply: Reply = "accepted"
+    elif content_type.startswith("application/json"):
+        content = await response.aread()  # as the client decoded it; a cut raises its TransportError
+        found = message_of(content)  # (id, kind), else no answer
+        reply = found[1] if type(found) is tuple and found[0] == reading.body["id"] else "other"
+    elif content_type.startswith("text/event-stream"):
+        watch = await _watched(http, response, reading)  # (its answer is what the SDK's reader yields)
+        return classify(status, "later"), "later", watch
+    else:
+        reply = "other"
+    return classify(status, reply), reply, None
 
 
 def http_version(response: Any) -> str | None:
@@ -107,6 +119,8 @@ def http_version(response: Any) -> str | None:
     version = response.extensions.get("http_version")
     if version is None:
         return "1.1"  # what the client library itself reports without one
+    if type(version) is bytes and version in _VERSIONS:  # (one lookup for the versions the client speaks)
+        return _VERSIONS[version]
     text = version.decode("ascii", "replace") if isinstance(version, bytes) else str(version)
     return text.removeprefix("HTTP/")
 
@@ -162,13 +176,11 @@ class Door:
     redirect: an auth flow's re-send), with that response's status and when. Written here, read by
     the attempt: the wire tells no one."""
 
-    # What most doors never change starts as a class attribute (one store fewer per attempt each).
+    # Each starts as a class attribute (one store fewer per attempt each; no __init__ to call).
+    request: Any = None  # the attempt's request now at the door (a redirect's next hop: its own)
     hops = 0
     last_status = 0  # of the latest response to it here (0: none yet)
     resends: tuple[tuple[int, int], ...] = ()  # (status, time_ns) of each re-send
-
-    def __init__(self, request: Any) -> None:
-        self.request = request
 
 
 async def exchange(http: HttpLibrary, sending: Exchanging, door: Door) -> Exchange:
@@ -186,9 +198,9 @@ async def exchange(http: HttpLibrary, sending: Exchanging, door: Door) -> Exchan
     version = http_version(response)
     declaration = sending.declaration
     # A 2xx's answer is watched for here, else on the legacy SSE stream.
-    watch_body = sending.streamable and sending.sse is None
+    reading = sending if sending.streamable and sending.sse is None else None
     try:
-        outcome, reply, watch = await outcome_of(http, declaration, response, sending if watch_body else None)
+        outcome, reply, watch = await outcome_of(http, declaration, response, reading)
     except http.module.TransportError as exc:  # the body was cut: a response, without its answer
         await response.aclose()
         return Exchange(classify(int(response.status_code), "cut"), response, exc, version)
@@ -249,28 +261,16 @@ def _same_message(going: Any, request: Any) -> bool:
         return False
 
 
-async def _read_reply(
-    http: HttpLibrary, response: Any, sending: Exchanging
-) -> tuple[Reply, RequestWatch | None]:
-    """A 2xx: read a JSON answer now (so a cut body is a failure this series can still repeat), or
-    watch an event stream for it as the SDK reads it (its attempt listens to the watch); where the
+async def _watched(http: HttpLibrary, response: Any, sending: Exchanging) -> RequestWatch:
+    """A 2xx's event stream, watched for its answer as the SDK's reader yields its events; where the
     request's decision repeats a network failure, it is read here until the answer (until_answer),
     so a cut of it can be repeated."""
-    content_type = response.headers.get("content-type", "").lower()  # the SDK reads it too
-    if response.status_code == 202:
-        return "accepted", None
-    if content_type.startswith("application/json"):
-        content = await response.aread()  # as the client decoded it; a cut raises its TransportError
-        found = message_of(content)  # (id, kind), else no answer
-        return (found[1] if type(found) is tuple and found[0] == sending.body["id"] else "other"), None
-    if content_type.startswith("text/event-stream"):
-        watch = RequestWatch(sending.body["id"], http.module.TransportError)
-        http.watched[response] = watch  # (read here, not by a call: the stream is the watch's now)
-        read_ahead = isinstance(sending.on_network, Repeat)  # the request's decision: a cut is repeated
-        if read_ahead and isinstance(response.stream, http.module.AsyncByteStream):
-            await until_answer(http, response)
-        return "later", watch  # what the stream says is what the SDK's reader yields (the watch)
-    return "other", None
+    watch = RequestWatch(sending.body["id"], http.module.TransportError)
+    http.watched[response] = watch  # (read here, not by a call: the stream is the watch's now)
+    read_ahead = isinstance(sending.on_network, Repeat)  # the request's decision: a cut is repeated
+    if read_ahead and isinstance(response.stream, http.module.AsyncByteStream):
+        await until_answer(http, response)
+    return watch  # what the stream says is what the SDK's reader yields
 
 
 async def until_answer(http: HttpLibrary, response: Any) -> None:
