@@ -119,8 +119,6 @@ class ToolCall:
             return
         self.declaration = declaration
         self.call_span.route = route  # its span says it as the call ends, in one write
-        if self.session is not None and route is not None:
-            self.runtime.session_endpoints[self.session] = (declaration, route.record_endpoint)
 
     # -- what the seams tell it --
 

@@ -16,7 +16,9 @@ import hmac
 import time
 from typing import Final, NamedTuple, Protocol
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_mcp_replay import telemetry as t
@@ -104,10 +106,12 @@ class CallSpan:
     __slots__ = ("context", "owned", "route", "span")
 
     def __init__(self, tracer: Tracer, tool: str) -> None:
-        outer = outer_call_span(tool)  # (start_call_span's reading, in place: one frame fewer a call)
+        # The current context, read once for the three readers below (each would read it again).
+        current = otel_context.get_current()
+        outer = outer_call_span(tool, current)  # (start_call_span's reading, in place: a frame fewer)
         self.owned = outer is None  # the plugin made it, and ends it
-        self.span = own_call_span(tracer, tool) if outer is None else outer
-        self.context = trace.set_span_in_context(self.span)
+        self.span = own_call_span(tracer, tool, current) if outer is None else outer
+        self.context = trace.set_span_in_context(self.span, current)
         self.route: Route | None = None  # where its request went, once the HTTP seam saw it
 
     def outlives_its_request(self, tracer: Tracer, tool: str) -> None:
@@ -116,7 +120,7 @@ class CallSpan:
         `call_tool_task` handle): that span can no longer be written, so the call's record and outcome
         go on a span of its own, under that one, from its start."""
         if not self.owned:
-            self.span = own_call_span(tracer, tool, self.span)
+            self.span = own_call_span(tracer, tool, outer=self.span)
             self.owned, self.context = True, trace.set_span_in_context(self.span)
 
     def end(self, runtime: Runtime, tool: str, ending: Ending) -> None:
@@ -163,11 +167,14 @@ def start_call_span(tracer: Tracer, tool: str) -> tuple[Span, bool]:
     return own_call_span(tracer, tool), True
 
 
-def own_call_span(tracer: Tracer, tool: str, outer: Span | None = None) -> Span:
-    """The plugin's own client span of one tool call: in the current context, or under `outer`,
-    the outer instrumentation's span of it, from that span's start (a task-backed call outlives the
-    creating request that span times: tasks.py)."""
-    context = None if outer is None else trace.set_span_in_context(outer)
+def own_call_span(
+    tracer: Tracer, tool: str, context: Context | None = None, *, outer: Span | None = None
+) -> Span:
+    """The plugin's own client span of one tool call: in `context` (None: the current one), or
+    under `outer`, the outer instrumentation's span of it, from that span's start (a task-backed call
+    outlives the creating request that span times: tasks.py)."""
+    if outer is not None:
+        context = trace.set_span_in_context(outer)
     return tracer.start_span(
         f"{t.CALL_SPAN_PREFIX} {tool}",
         context,
@@ -177,13 +184,13 @@ def own_call_span(tracer: Tracer, tool: str, outer: Span | None = None) -> Span:
     )
 
 
-def outer_call_span(tool: str) -> Span | None:
-    """The MCP client span another instrumentation made of this very call, current here: a
-    recording CLIENT span, not the plugin's, with `mcp.method.name` = `tools/call` and the same
-    `gen_ai.tool.name` (fastmcp's `Client` makes one around its session's `call_tool`). None when
-    there is none. Its attributes are read where the SDK keeps them (a span of the API alone has
-    none to read: never outer)."""
-    span = trace.get_current_span()
+def outer_call_span(tool: str, context: Context | None = None) -> Span | None:
+    """The MCP client span another instrumentation made of this very call, current here (in
+    `context`, None: the current one): a recording CLIENT span, not the plugin's, with
+    `mcp.method.name` = `tools/call` and the same `gen_ai.tool.name` (fastmcp's `Client` makes one
+    around its session's `call_tool`). None when there is none. Its attributes are read where the
+    SDK keeps them (a span of the API alone has none to read: never outer)."""
+    span = trace.get_current_span(context)
     if getattr(span, "kind", None) is not SpanKind.CLIENT or not span.is_recording():
         return None
     attributes = getattr(span, "attributes", None)

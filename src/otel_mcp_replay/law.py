@@ -95,25 +95,12 @@ def _scan(obj: dict[object, object], key: str) -> object:
     return None
 
 
-def _tool_target(request: object, declaration: Declaration, from_json: bool) -> Target | None:
-    """The target of one JSON-RPC request object when it is a tools/call, else None."""
+def _is_tool_call(request: object) -> bool:
+    """Whether one request object of a batch is a tools/call."""
     if type(request) is not dict:
-        return None
-    read = request.get if from_json else _reader(request)
-    method = read("method")
-    if type(method) is not str or method != t.TOOLS_CALL_METHOD:
-        return None
-    request_id, params = read("id"), read("params")
-    if type(params) is not dict:
-        return Target(tool="", request_id=request_id)
-    read = params.get if from_json else _reader(params)
-    name = read("name")
-    tool = name if type(name) is str else ""
-    key_carried = False
-    if declaration.key_path is not None:
-        key = _value_at(read("arguments"), declaration.key_path, from_json)
-        key_carried = type(key) is str and key != ""
-    return Target(tool, key_carried, False, request_id, False, params)
+        return False
+    method = _get(request, "method")
+    return type(method) is str and method == t.TOOLS_CALL_METHOD
 
 
 def _value_at(node: object, tokens: tuple[str, ...], from_json: bool) -> object:
@@ -142,12 +129,25 @@ def target_of(body: object, declaration: Declaration, *, from_json: bool = False
     Anything else, malformed bodies included, is PROTOCOL. `from_json`: `body` is what the JSON
     decoder made of a text, whose every object key is exactly str: the dicts' own lookup reads it.
     """
-    if type(body) is list:
-        if any(_tool_target(item, declaration, from_json) is not None for item in body):
+    if type(body) is not dict:
+        if type(body) is list and any(map(_is_tool_call, body)):
             return _BATCH
         return PROTOCOL
-    target = _tool_target(body, declaration, from_json)
-    return PROTOCOL if target is None else target
+    read = body.get if from_json else _reader(body)
+    method = read("method")
+    if type(method) is not str or method != t.TOOLS_CALL_METHOD:
+        return PROTOCOL
+    request_id, params = read("id"), read("params")
+    if type(params) is not dict:
+        return Target(tool="", request_id=request_id)
+    read = params.get if from_json else _reader(params)
+    name = read("name")
+    tool = name if type(name) is str else ""
+    key_carried = False
+    if declaration.key_path is not None:
+        key = _value_at(read("arguments"), declaration.key_path, from_json)
+        key_carried = type(key) is str and key != ""
+    return Target(tool, key_carried, False, request_id, False, params)
 
 
 # -- permission ------------------------------------------------------------------------------------

@@ -144,13 +144,16 @@ def _request(
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
-    method = body.get("method")
-    if method == TOOLS_CALL_METHOD and "id" in body:
-        target = target_of(body, declaration, from_json=True)  # the body read once: its tool, its id, its key
-        polled = False
-    else:
-        polled = method == TASKS_GET_METHOD and "id" in body and (streamable or sse is not None)
-        target = TASK_POLL if polled else PROTOCOL  # a poll is a pure read, as the law says
+    # The body read once (a request, not a notification): its tool, its id, its key.
+    target = target_of(body, declaration, from_json=True) if "id" in body else PROTOCOL
+    polled = (
+        target is PROTOCOL
+        and "id" in body
+        and body.get("method") == TASKS_GET_METHOD
+        and (streamable or sse is not None)
+    )
+    if polled:
+        target = TASK_POLL  # a poll is a pure read, as the law says
     if (
         call is None
         and not streamable
@@ -197,7 +200,7 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
-_NOTHING_BUILT: Final[tuple[object, object]] = (None, None)
+_NOTHING_BUILT: Final[tuple[object, dict[Any, Any]]] = (None, {})  # (no request is None: never read)
 
 
 class BuiltRequests:
@@ -208,7 +211,7 @@ class BuiltRequests:
     __slots__ = ("last",)
 
     def __init__(self) -> None:
-        self.last: tuple[object, object] = _NOTHING_BUILT
+        self.last: tuple[object, dict[Any, Any]] = _NOTHING_BUILT
 
 
 def built(
@@ -238,9 +241,9 @@ def _json_body(http: HttpLibrary, builds: BuiltRequests, request: Any) -> object
     """The request's JSON-RPC message: the dict it was built from (`built`), else its bytes parsed,
     of any size (no size lifts the law). None: it holds no JSON, or its body cannot be read."""
     built_from, message = builds.last
-    if built_from is request:
+    if built_from is request:  # (a request is kept only with a dict: `built`)
         builds.last = _NOTHING_BUILT
-        if type(message) is dict and _read_as_json(message):
+        if _read_as_json(message):
             return message
     try:
         content = request.content

@@ -258,7 +258,8 @@ async def _handed(
 def _route(runtime: Runtime, call: ToolCall, req: SeamRequest, origin: str) -> Route:
     """Where the call's request goes, for its spans: read once per session and URL (the protocol
     version and the session id do not change once its calls begin), its endpoint too (the SSE
-    connection's, else the declared label, else `origin`)."""
+    connection's, else the declared label, else `origin`), and with it what the session's calls are
+    declared under (a call given up before it is sent files its record so: `ToolCall._where`)."""
     session, url = call.session, req.url
     known = runtime.session_routes.get(session) if session is not None else None
     if known is not None and known[0] == url:
@@ -269,6 +270,7 @@ def _route(runtime: Runtime, call: ToolCall, req: SeamRequest, origin: str) -> R
     route = _read_route(runtime, session, req.request, url, sse, endpoint)
     if session is not None:
         runtime.session_routes[session] = (url, route)
+        runtime.session_endpoints[session] = (req.declaration, route.record_endpoint)
     return route
 
 
