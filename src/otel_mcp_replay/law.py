@@ -106,10 +106,12 @@ def _is_tool_call(request: object) -> bool:
 def _value_at(node: object, tokens: tuple[str, ...], from_json: bool) -> object:
     """The value the reference tokens lead to from `node` (the call's arguments), else None. A
     bounded walk, one step per token: into an object by its member's name, into an array by an
-    index RFC 6901 writes ("0", "10": no sign, no leading zero; "-", past the end, is nothing)."""
-    for token in tokens:
+    index RFC 6901 writes ("0", "10": no sign, no leading zero; "-", past the end, is nothing).
+    `from_json` vouches for the arguments' own keys only: a level below them is read as data (the
+    HTTP seam checks no deeper level of a dict the SDK built before it reads it as JSON)."""
+    for depth, token in enumerate(tokens):
         if type(node) is dict:
-            node = node.get(token) if from_json else _get(node, token)
+            node = node.get(token) if from_json and depth == 0 else _get(node, token)
         elif type(node) is list and _is_index(token) and int(token) < len(node):
             node = node[int(token)]
         else:

@@ -108,11 +108,13 @@ class Trap(dict):  # type: ignore[type-arg]
 
 
 class EvilKey(str):
+    """A key that hashes as the plain key it spells, and raises when compared."""
+
     def __eq__(self, other: object) -> bool:
         raise AssertionError("a key's __eq__ was called")
 
     def __hash__(self) -> int:
-        return hash("method")
+        return str.__hash__(self)
 
 
 def test_values_are_read_as_data_only() -> None:
@@ -127,6 +129,17 @@ def test_values_are_read_as_data_only() -> None:
     assert target_of(call(idem=StrSub("k")), KEYED) == Target(tool="charge", request_id=3)
     assert target_of({"method": StrSub("tools/call"), "params": {"name": "charge"}}, KEYED) == PROTOCOL
     assert target_of({EvilKey("method"): "tools/call"}, KEYED) == PROTOCOL
+
+
+DEEP = declaration_of({"tools": {"charge": {"changes": True}}, "deduplicates": {"argument": "/meta/idem"}})
+
+
+def test_a_level_below_the_arguments_is_read_as_data_in_a_body_read_as_json() -> None:
+    # The HTTP seam checks a built body's request, params and arguments for exact str keys, then reads
+    # it as JSON (from_json): a declared key's path deeper than the arguments is read as data all the same.
+    planted = call(meta={EvilKey("idem"): "k"})
+    assert target_of(planted, DEEP, from_json=True) == Target(tool="charge", request_id=3)
+    assert target_of(call(meta={"idem": "k"}), DEEP, from_json=True).key_carried
 
 
 json_values = st.recursive(
