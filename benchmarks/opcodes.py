@@ -124,6 +124,7 @@ class Profile:
     each keyed by (module, qualname); `total` is every opcode per call, all frames."""
 
     total: float
+    own: float  # the opcodes of the plugin's frames, counted as opcodes_per_call counts them
     opcodes: dict[tuple[str, str], float]
     entered: dict[tuple[str, str], float]
     resumed: dict[tuple[str, str], float]
@@ -131,17 +132,18 @@ class Profile:
 
 async def profile_per_call(client: Client, calls: int, settle: int = SETTLE) -> Profile:
     """What `opcodes_per_call` counts as the plugin's own, by the function whose frame ran it."""
-    total = 0
+    total = own = 0
     opcodes: Counter[CodeType] = Counter()
     entered: Counter[CodeType] = Counter()
     resumed: Counter[CodeType] = Counter()
 
     def count(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal total
+        nonlocal total, own
         frame.f_trace_opcodes = True
         if event == "opcode":
             total += 1
             if OURS in frame.f_code.co_filename:
+                own += 1
                 opcodes[frame.f_code] += 1
         elif event == "call" and OURS in frame.f_code.co_filename:
             # A coroutine or generator resumed is a "call" event too: only RESUME 0 starts a frame.
@@ -151,9 +153,8 @@ async def profile_per_call(client: Client, calls: int, settle: int = SETTLE) -> 
         return count
 
     await traced_calls(client, calls, settle, count)
-    return Profile(
-        total / calls, _by_name(opcodes, calls), _by_name(entered, calls), _by_name(resumed, calls)
-    )
+    by_name = (_by_name(counts, calls) for counts in (opcodes, entered, resumed))
+    return Profile(total / calls, own / calls, *by_name)
 
 
 def _by_name(counts: Counter[CodeType], calls: int) -> dict[tuple[str, str], float]:
@@ -404,7 +405,8 @@ def render_profile(arm: str, counted: Opcodes, profile: Profile) -> str:
         f"# the plugin's own opcodes per clean call by function: the {arm} arm, {CALLS} calls after {SETTLE}",
         f"opcodes per call, all frames (the arm's count; this run's): {counted.total:,.2f}; "
         f"{profile.total:,.2f}",
-        f"own opcodes per call (otel_mcp_replay frames), the arm's count: {counted.own:,.2f}",
+        f"own opcodes per call (otel_mcp_replay frames), the arm's count; this run's: {counted.own:,.2f}; "
+        f"{profile.own:,.2f}",
         f"own opcodes per call, summed by function: {summed:,.2f}",
         f"plugin frames per call: entered {sum(profile.entered.values()):,.2f}; "
         f"resumed (a coroutine or generator going on) {sum(profile.resumed.values()):,.2f}",

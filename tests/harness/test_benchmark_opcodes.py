@@ -38,20 +38,30 @@ def figure(text: str) -> float:
 
 def test_the_profile_by_function_sums_to_the_arm_s_own_count() -> None:
     """`--by-function` splits the both arm's own opcodes by the function that ran them: its rows add
-    up to the own count benchmark 9 makes of the same arm, and they name the plugin's functions."""
+    up to the own count of the run they come from, which counts what benchmark 9 counts of the same
+    arm, and they name the plugin's functions."""
     out = run_benchmark("opcodes", "--by-function", "both", timeout=110)
-    own = re.search(r"own opcodes per call \(otel_mcp_replay frames\), the arm's count: ([\d,.]+)", out)
+    counts = re.search(
+        r"own opcodes per call \(otel_mcp_replay frames\), the arm's count; this run's: "
+        r"([\d,.]+); ([\d,.]+)",
+        out,
+    )
     summed = re.search(r"own opcodes per call, summed by function: ([\d,.]+)", out)
-    assert own is not None and summed is not None, out[:2000]
-    assert figure(own.group(1)) > 0
+    assert counts is not None and summed is not None, out[:2000]
+    arm, own = counts.group(1), counts.group(2)
+    assert figure(own) > 0
+    # Two runs agree exactly on an idle machine; under load a read can take one more suspension,
+    # a few opcodes of the coroutines it resumes: the two counts are held to the same thing, not to
+    # the same load.
+    assert figure(own) == pytest.approx(figure(arm), rel=0.01)
     table = out[out.index("## opcodes per call by function") : out.index("## plugin frames entered")]
     rows = re.findall(
         r"^ *([\d,.]+) +[\d.]+% +([\d.]+) +([\d.]+)  (otel_mcp_replay[\w.]*):(\S+)$", table, re.M
     )
     assert rows, table
     # Per call over 20 calls: two decimals are exact, so the rows add up to the count to the hundredth.
-    assert sum(figure(row[0]) for row in rows) == pytest.approx(figure(own.group(1)), abs=1e-6)
-    assert figure(summed.group(1)) == figure(own.group(1))
+    assert sum(figure(row[0]) for row in rows) == pytest.approx(figure(own), abs=1e-6)
+    assert figure(summed.group(1)) == figure(own)
     functions = {(row[3], row[4]) for row in rows}
     assert len(functions) == len(rows)  # one row a function
     called = {(row[3], row[4]) for row in rows if figure(row[1]) >= 1}  # frames entered per call
