@@ -296,11 +296,12 @@ class ToolCall:
         may_have_run: bool = False,
         code: int | None = None,
     ) -> None:
-        """The one end of a call, read in order: its `Ending`, and its record built from it and filed
-        once (`_ending`); the repeat guard told; its request's point of the operation duration,
-        unless timed already; and its span's outcome and the calls metric built from it
+        """The one end of a call, read in order: its `Ending` (`_ending`), and its record built from
+        it and filed once (`_file_record`); the repeat guard told; its request's point of the operation
+        duration, unless timed already; and its span's outcome and the calls metric built from it
         (CallSpan.end), or, for a round, its app's call told, which ends the span once."""
         ending = self._ending(verdict, failure_type, may_have_run, code)
+        self._file_record(ending)
         runtime, guarded, app_call = self.runtime, self.guarded, self.app_call
         if guarded is not None and guarded.fingerprint is not None and self.ledger.rows:
             guard = runtime.guard  # (a call refused before it was sent arms nothing)
@@ -326,17 +327,16 @@ class ToolCall:
         self, verdict: CallVerdict, failure_type: str | None, may_have_run: bool, code: int | None
     ) -> Ending:
         """How it ended, read once (asked first, before anything of others is called): its attempts
-        settled (one still awaiting its answer reads what its streams said), its ledger read into an
-        `Ending`, and its record built from it and filed once where it went, vouched for to the
-        redaction (a record that cannot be filed never breaks the caller's call)."""
-        route, ledger, task, app_call = self.call_span.route, self.ledger, self.task, self.app_call
+        settled (one still awaiting its answer reads what its streams said), and its ledger read into
+        an `Ending`."""
+        route, ledger, task = self.call_span.route, self.ledger, self.task
         # Where it went: its route's endpoint when the HTTP seam saw it (asked here: the usual case).
         endpoint, local = (route.record_endpoint, False) if route is not None else self._where(verdict)
         self.abandon()  # (a call ended already, as it failed: nothing more to settle)
         self.attempt = None  # its latest attempt, which refers back to it, let go with it
         # A task-backed call left before its task's end: unknown, its task may run on.
         effect: Effect = "unknown" if task is not None and may_have_run else ledger.effect
-        ending = Ending(
+        return Ending(
             UNKNOWN_REQUEST_ID if self.request_id is None else str(self.request_id),
             (self.declaration or COMPATIBILITY).policy,
             ledger.sent,
@@ -347,19 +347,24 @@ class ToolCall:
             None if failure_type is None else code,
             ledger.http_version,
             local,
+            endpoint,
         )
-        runtime, span = self.runtime, self.call_span.span
+
+    def _file_record(self, ending: Ending) -> None:
+        """Its record, built from `ending` and its ledger's rows, filed once where it went, vouched for
+        to the redaction (a record that cannot be filed never breaks the caller's call)."""
+        runtime, span, task, app_call = self.runtime, self.call_span.span, self.task, self.app_call
         try:
             record = call_record(
                 policy=ending.policy,
                 sent=ending.sent,
-                effect=effect,
-                verdict=verdict,
-                may_have_run=may_have_run,
-                endpoint=endpoint,
+                effect=ending.effect,
+                verdict=ending.verdict,
+                may_have_run=ending.may_have_run,
+                endpoint=ending.endpoint,
                 tool=self.tool,
                 request_id=ending.request_id,
-                rows=ledger.rows,
+                rows=self.ledger.rows,
                 call_round=1 if app_call is None else app_call.rounds,  # (a round ends before the next)
                 task=None if task is None else (task.hash, task.status),
             )
@@ -369,7 +374,6 @@ class ToolCall:
             runtime.instruments.records_refused.add(1)
         except Exception:
             runtime.logger.exception("otel-mcp-replay: could not file the request_attempts record")
-        return ending
 
     def _where(self, verdict: CallVerdict) -> tuple[str, bool]:
         """Where its record says it went, and whether it went another way than HTTP. No HTTP request

@@ -79,8 +79,7 @@ def route_of(
 
 class Ending(NamedTuple):
     """How a call ended, in the record's words, made once where it ends (call.ToolCall.ended): its
-    record, its span's outcome and its point of the calls metric are all read from it. Its first six
-    fields are the outcome's first six attributes, in their order (`_OUTCOME`)."""
+    record, its span's outcome and its point of the calls metric are all read from it."""
 
     request_id: str
     policy: Policy
@@ -92,10 +91,7 @@ class Ending(NamedTuple):
     code: int | None  # the server's JSON-RPC error code, when it failed the call with one
     http_version: str | None
     local: bool  # it went another way than HTTP (stdio, in-process)
-
-
-# The span attributes an Ending's first six fields are written under, in the Ending's order.
-_OUTCOME: Final = (t.JSONRPC_REQUEST_ID, t.POLICY, t.SENT, t.EFFECT, t.VERDICT, t.MAY_HAVE_RUN)
+    endpoint: str  # the endpoint its record names
 
 
 class CallSpan:
@@ -130,7 +126,14 @@ class CallSpan:
         outer instrumentation's) is written the same, with the conventions' operation, and left for
         its maker to end: this runs inside its maker's call, so before it ends it."""
         span = self.span
-        outcome: dict[str, str | int | bool] = dict(zip(_OUTCOME, ending[:6], strict=True))
+        outcome: dict[str, str | int | bool] = {
+            t.JSONRPC_REQUEST_ID: ending.request_id,
+            t.POLICY: ending.policy,
+            t.SENT: ending.sent,
+            t.EFFECT: ending.effect,
+            t.VERDICT: ending.verdict,
+            t.MAY_HAVE_RUN: ending.may_have_run,
+        }
         if ending.failure_type is not None:
             outcome[t.ERROR_TYPE] = ending.failure_type
             if ending.code is not None:

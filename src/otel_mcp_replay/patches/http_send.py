@@ -144,16 +144,13 @@ def _request(
     url = str(request.url)
     # The legacy SSE transport's calls are declared under the URL the app connected to.
     declaration = sse.declaration if sse is not None else runtime.servers.declaration_for(url)
-    # The body read once (a request, not a notification): its tool, its id, its key.
-    target = target_of(body, declaration, from_json=True) if "id" in body else PROTOCOL
-    polled = (
-        target is PROTOCOL
-        and "id" in body
-        and body.get("method") == TASKS_GET_METHOD
-        and (streamable or sse is not None)
-    )
-    if polled:
-        target = TASK_POLL  # a poll is a pure read, as the law says
+    polled = False
+    if "id" not in body:  # a notification: nothing of it for the law to read
+        target = PROTOCOL
+    else:  # a request, its body read once: its tool, its id, its key
+        target = target_of(body, declaration, from_json=True)
+        if target is PROTOCOL and body.get("method") == TASKS_GET_METHOD and (streamable or sse is not None):
+            target, polled = TASK_POLL, True  # a poll is a pure read, as the law says
     if (
         call is None
         and not streamable
@@ -200,7 +197,7 @@ def _accept_and_content_type(headers: Any) -> tuple[bytes, bytes]:
     return accept, b", ".join(value for key, value in raw if key.lower() == b"content-type")
 
 
-_NOTHING_BUILT: Final[tuple[object, dict[Any, Any]]] = (None, {})  # (no request is None: never read)
+_NOTHING_BUILT: Final[tuple[object, dict[Any, Any] | None]] = (None, None)
 
 
 class BuiltRequests:
@@ -211,7 +208,7 @@ class BuiltRequests:
     __slots__ = ("last",)
 
     def __init__(self) -> None:
-        self.last: tuple[object, dict[Any, Any]] = _NOTHING_BUILT
+        self.last: tuple[object, dict[Any, Any] | None] = _NOTHING_BUILT
 
 
 def built(
@@ -241,7 +238,7 @@ def _json_body(http: HttpLibrary, builds: BuiltRequests, request: Any) -> object
     """The request's JSON-RPC message: the dict it was built from (`built`), else its bytes parsed,
     of any size (no size lifts the law). None: it holds no JSON, or its body cannot be read."""
     built_from, message = builds.last
-    if built_from is request:  # (a request is kept only with a dict: `built`)
+    if built_from is request and message is not None:  # (a request is kept only with a dict: `built`)
         builds.last = _NOTHING_BUILT
         if _read_as_json(message):
             return message
