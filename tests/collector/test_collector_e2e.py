@@ -218,6 +218,17 @@ def test_jaeger_serves_its_query_api_and_only_a_placeholder_ui(jaeger: o.Jaeger)
     assert jaeger.services() == []
 
 
+def test_jaeger_sends_no_traces_of_its_own(bins: o.Binaries, tmp_path: Path) -> None:
+    """jaeger-local.yaml: Jaeger v2 traces its own queries by default, to localhost:4317 (whatever
+    listens there: a user's Collector), and waits out that export as it stops; this one does not."""
+    with o.running_jaeger(bins.jaeger, tmp_path) as jaeger:
+        assert jaeger.services() == []  # a query, which it would trace
+        process = jaeger.process
+    assert process.popen.returncode == 0  # it ended at its SIGTERM, not killed
+    log = process.log_text(tail=10_000)
+    assert "127.0.0.1:4317" not in log and "traces export" not in log, log
+
+
 # ---------------------------------------------------------------------------------------------
 # Tail sampling
 
