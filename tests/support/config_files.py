@@ -6,7 +6,7 @@ and, when it exports to the rig's own receiver, what it exported."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -35,10 +35,12 @@ def run_with_file(
     edit: Mapping[str, str] | None = None,
     faults: Mapping[str, Mapping[str, list[dict[str, Any]]]] = FAULTS,
     traces_endpoint: str = "",
+    arrived: Callable[[list[SpanDict]], bool] | None = None,
     **extra_env: str,
 ) -> FileRun:
     """The demo's agent configured by the example file (with `edit`'s replacements), exporting to
-    `traces_endpoint` (unset: a receiver of its own, whose spans and bytes the run holds)."""
+    `traces_endpoint` (unset: a receiver of its own, whose spans and bytes the run holds, once
+    `arrived` holds of them: by default, once its four calls' records are in)."""
     text = CONFIG.read_text(encoding="utf-8")
     for old, new in (edit or {}).items():
         assert old in text, old
@@ -67,7 +69,7 @@ def run_with_file(
         calls = sum(1 for line in done.stdout.splitlines() if " -> " in line)
         assert calls == 4, done.stdout  # the app ran every step, whatever the file said
         if receiver is not None:  # bounded: the app has exited, whatever it exported is in by now
-            receiver.wait_for(lambda spans: records_received(spans) >= 4, timeout=10)
+            receiver.wait_for(arrived or (lambda spans: records_received(spans) >= 4), timeout=10)
         counters = {name: handle.counters for name, handle in demo.servers.items()}
         return FileRun(
             done.stdout,
