@@ -4,6 +4,8 @@
 #   build NAME EXTRA PACKAGES [FIRST]   .venv-NAME, on $PY (PYTHON, else python3)
 #   versions NAME DISTRIBUTION...       the versions .venv-NAME holds, for the log
 #   run NAME PYTEST-ARGS...             pytest in .venv-NAME
+#   same_as_main NAME                   whether .venv-NAME holds nothing the main environment (.venv)
+#                                       does not hold at the same version, on the same Python
 PY=${PYTHON:-python3}
 UV=${UV:-.venv/bin/uv}
 
@@ -37,6 +39,25 @@ versions() {
   shift
   "$venv/bin/python" -c 'import sys; from importlib.metadata import version
 print(" ".join(f"{name} {version(name)}" for name in sys.argv[1:]))' "$@"
+}
+
+# What an environment holds, one line each, sorted: its Python, then each distribution (its name
+# normalized) with its version; the installers (pip, setuptools, wheel: uv's --seed) aside, which no
+# suite imports.
+_held() {
+  "$1/bin/python" -c 'import platform, re
+from importlib.metadata import distributions
+def held(d):
+    return re.sub("[-_.]+", "-", d.metadata["Name"]).lower() + "==" + d.version
+lines = {held(d) for d in distributions()} | {"python==" + platform.python_version()}
+print("\n".join(sorted(line for line in lines if line.split("==")[0] not in ("pip", "setuptools", "wheel"))))'
+}
+
+# Fails (the environments differ) when either cannot be read.
+same_as_main() {
+  local own main
+  own=$(_held ".venv-$1") && main=$(_held .venv) || return 1
+  [ -z "$(comm -23 <(echo "$own") <(echo "$main"))" ]
 }
 
 run() {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +168,46 @@ def test_a_python_the_machine_lacks_fails_its_stages_saying_so() -> None:
     assert _summary(done.stdout) == [("FAIL", "Python 3.99, mcp 2.3.0"), ("FAIL", "Python 3.99, mcp 1.30.0")]
     assert done.stderr.count("no Python 3.99 on this machine") == 2
     assert not list(ROOT.glob(".venv-py-3.99-*"))
+
+
+ENVIRONMENTS = ROOT / "scripts" / "environments.sh"
+
+
+def _environment(root: Path, name: str, python: str) -> None:
+    """root/NAME/bin/python: `python` run as that environment's interpreter (what it holds is
+    python's own)."""
+    bin_dir = root / name / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{python}" "$@"\n', encoding="utf-8")
+    (bin_dir / "python").chmod(0o755)
+
+
+def _same_as_main(root: Path, name: str) -> bool:
+    done = subprocess.run(
+        ["bash", "-c", f'. "{ENVIRONMENTS}"; same_as_main "$1"', "-", name],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        cwd=root,
+    )
+    return done.returncode == 0
+
+
+def test_an_environment_is_the_main_ones_only_when_the_main_holds_all_it_holds(tmp_path: Path) -> None:
+    # What lets scripts/test-lines leave the newest OpenTelemetry end's suites to the main suite:
+    # .venv-NAME holds nothing (Python included) that .venv does not hold at the same version.
+    # This suite's environment holds the project and its test extra; the base interpreter holds
+    # little of that, and none of it at another version.
+    this, base = sys.executable, getattr(sys, "_base_executable", sys.executable)
+    assert this != base  # the suite runs in a virtual environment, as every stage does
+    _environment(tmp_path, ".venv", this)
+    _environment(tmp_path, ".venv-same", this)
+    _environment(tmp_path, ".venv-broken", "/nonexistent/python")
+    main = tmp_path / "less"
+    _environment(main, ".venv", base)
+    _environment(main, ".venv-more", this)
+    assert _same_as_main(tmp_path, "same")
+    assert not _same_as_main(main, "more")  # it holds what the main one lacks
+    assert not _same_as_main(tmp_path, "broken")  # unreadable: never the same
+    assert not _same_as_main(tmp_path, "missing")
