@@ -41,23 +41,23 @@ versions() {
 print(" ".join(f"{name} {version(name)}" for name in sys.argv[1:]))' "$@"
 }
 
-# What an environment holds, one line each, sorted: its Python, then each distribution (its name
-# normalized) with its version; the installers (pip, setuptools, wheel: uv's --seed) aside, which no
-# suite imports.
+# What an environment holds, one line each, sorted: its Python, then each distribution with its
+# version, as its metadata names them (the same distribution names itself alike everywhere); the
+# installers (pip, setuptools, wheel: uv's --seed) aside, which no suite imports.
 _held() {
-  "$1/bin/python" -c 'import platform, re
+  "$1/bin/python" -c 'import platform
 from importlib.metadata import distributions
-def held(d):
-    return re.sub("[-_.]+", "-", d.metadata["Name"]).lower() + "==" + d.version
-lines = {held(d) for d in distributions()} | {"python==" + platform.python_version()}
-print("\n".join(sorted(line for line in lines if line.split("==")[0] not in ("pip", "setuptools", "wheel"))))'
+installers = {"pip", "setuptools", "wheel"}
+held = {d.metadata["Name"] + "==" + d.version for d in distributions() if d.metadata["Name"] not in installers}
+print("\n".join(sorted(held | {"python==" + platform.python_version()})))'
 }
 
 # Fails (the environments differ) when either cannot be read.
 same_as_main() {
   local own main
   own=$(_held ".venv-$1") && main=$(_held .venv) || return 1
-  [ -z "$(comm -23 <(echo "$own") <(echo "$main"))" ]
+  # (in C collation: the order Python sorted them in)
+  [ -z "$(LC_ALL=C comm -23 <(echo "$own") <(echo "$main"))" ]
 }
 
 run() {
