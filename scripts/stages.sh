@@ -10,6 +10,10 @@
 #                                  given, once all have ended (SIDE_BY_SIDE=0: one after the other)
 #   finish                         the summary, and the exit status (0 only when none failed)
 #
+# A failing stage's summary row is followed by what it wrote to the file $STAGES_FAILURES names
+# (at most 10 lines): this project's pytest writes each test that failed there (tests/conftest.py),
+# so the end of the run's output says which tests failed, not only which stage.
+#
 # A script run by another's stage (scripts/test-lines under scripts/test) adds its stages to the
 # caller's summary, named "CALLER-STAGE: NAME", and prints none of its own.
 
@@ -27,15 +31,17 @@ _stage_record() { # RESULT SECONDS NAME
 }
 
 stage() {
-  local name=$1 start=$SECONDS rc before after
+  local name=$1 start=$SECONDS rc before after failures
   shift
   before=$(wc -l <"$STAGES_LOG")
+  failures=$(mktemp)
   echo "=== stage ${STAGES_PREFIX}${name}: $*"
   set +e
   (
     set -e
     STAGES_PREFIX="${STAGES_PREFIX}${name}: "
-    export STAGES_PREFIX
+    STAGES_FAILURES=$failures
+    export STAGES_PREFIX STAGES_FAILURES
     "$@"
   )
   rc=$?
@@ -54,7 +60,9 @@ stage() {
   else
     echo "=== stage ${STAGES_PREFIX}${name} FAILED (exit $rc); the next stages still run" >&2
     _stage_record FAIL $((SECONDS - start)) "$name"
+    head -n 10 "$failures" | while IFS= read -r line; do printf 'what\t-\t%s\n' "$line" >>"$STAGES_LOG"; done
   fi
+  rm -f "$failures"
   return 0
 }
 
@@ -116,7 +124,11 @@ finish() {
   echo
   echo "=== summary: every stage, in the order it ended (the chains run side by side: one after the other)"
   while IFS=$'\t' read -r result seconds name; do
-    printf '  %-8s %6ss  %s\n' "$result" "$seconds" "$name"
+    if [ "$result" = what ]; then
+      printf '  %-8s %6s   %s\n' "" "" "$name" # what failed in the stage above
+    else
+      printf '  %-8s %6ss  %s\n' "$result" "$seconds" "$name"
+    fi
   done <"$STAGES_LOG"
   echo "  total ${SECONDS}s"
   # One plain closing line: stages, not tests (pytest's own counts are in its stage's output).

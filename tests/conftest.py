@@ -3,6 +3,7 @@ server, the instrumentor switched on and off. The rigs and builders are in tests
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from importlib.util import find_spec
@@ -79,3 +80,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """`--long`: the reliability suite's long run (at least 2,000 calls); CI runs a quick size."""
     parser.addoption("--long", action="store_true", default=False, help="run the long reliability suite")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Under scripts/stages.sh, each test that failed or broke, one line of at most 200 characters
+    (its id and the first line of why), for the run's summary: the end of a long run's output then
+    says which tests failed."""
+    path = os.environ.get("STAGES_FAILURES")
+    if not path:
+        return
+    reports = [*terminalreporter.stats.get("failed", ()), *terminalreporter.stats.get("error", ())]
+    with open(path, "a", encoding="utf-8") as failures:
+        for report in reports:
+            crash = getattr(report.longrepr, "reprcrash", None)  # absent where collecting broke
+            why = crash.message.strip().splitlines() if crash is not None else []
+            failures.write(f"{report.nodeid}: {why[0] if why else 'broke'}"[:200] + "\n")

@@ -66,6 +66,46 @@ skip left-out "OFF=1"
     assert "half-way FAILED (exit 1); the next stages still run" in done.stderr
 
 
+FAILING_TESTS = """
+import pytest
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert 1 + 1 == 3, "the sum is wrong"
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the fixture broke")
+
+def test_breaks(broken):
+    pass
+"""
+
+
+def test_a_failing_pytest_stage_names_its_failed_tests_at_the_end(tmp_path: Path) -> None:
+    # The end of a long run's output (what a reader of CI sees first) names each failed test under its
+    # stage's row, by this suite's own hook (tests/conftest.py, loaded here as a plugin); a passing
+    # test and a passing stage add nothing.
+    (tmp_path / "test_three.py").write_text(FAILING_TESTS, encoding="utf-8")
+    pytest = f"{sys.executable} -m pytest -q -p no:cacheprovider -p tests.conftest --rootdir {tmp_path}"
+    body = f"""
+cd {ROOT}
+stage tests {pytest} {tmp_path / "test_three.py"}
+stage passing {pytest} {tmp_path / "test_three.py"} -k passes
+"""
+    done = _run(_script(tmp_path / "main", body))
+    assert done.returncode == 1, done.stderr
+    assert _summary(done.stdout) == [("FAIL", "tests"), ("pass", "passing")]
+    summary = done.stdout[done.stdout.index("=== summary") :].splitlines()
+    assert summary[2:4] == [
+        " " * 20 + "test_three.py::test_fails: AssertionError: the sum is wrong",
+        " " * 20 + "test_three.py::test_breaks: RuntimeError: the fixture broke",
+    ]
+    assert summary[4].startswith("  pass ")
+
+
 def test_all_passing_exits_zero(tmp_path: Path) -> None:
     done = _run(_script(tmp_path / "main", "stage one true\nstage two true"))
     assert done.returncode == 0, done.stderr
