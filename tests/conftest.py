@@ -10,9 +10,16 @@ from importlib.util import find_spec
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from tests.support.telemetry import Telemetry
 
 from harness.client import ERAS
+
+# No test asserts on a clock, hypothesis' included: its defaults fail an example slower than 200 ms,
+# and a search whose examples come slowly, which a busy machine (two chains of suites on two cores)
+# turns into failures of their own. What the examples find decides, however long they take.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 # LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
 collect_ignore = ["frameworks/test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []

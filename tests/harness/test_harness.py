@@ -869,3 +869,27 @@ def test_the_demo_server_runs_as_a_process() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_no_property_test_is_failed_by_a_clock() -> None:
+    # tests/conftest.py's hypothesis profile: no example is failed for its time, nor a search for its
+    # pace, whatever settings a test adds (they inherit the profile). Each property test of the suite,
+    # as collected from its module, is checked.
+    import importlib
+    from pathlib import Path
+
+    from hypothesis import HealthCheck
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for path in sorted(root.rglob("test_*.py")):
+        if "from hypothesis import" not in path.read_text(encoding="utf-8"):
+            continue
+        module = importlib.import_module(".".join(path.relative_to(root.parent).with_suffix("").parts))
+        for name, test in vars(module).items():
+            chosen = getattr(test, "_hypothesis_internal_use_settings", None)
+            if name.startswith("test_") and chosen is not None:
+                assert chosen.deadline is None, f"{path.name}::{name}"
+                assert HealthCheck.too_slow in chosen.suppress_health_check, f"{path.name}::{name}"
+                checked += 1
+    assert checked >= 20  # the suite's property tests were found

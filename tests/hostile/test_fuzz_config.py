@@ -555,7 +555,11 @@ def plugin_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFi
         yield caplog
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(environment())
 def test_the_environment_never_raises_and_an_invalid_value_is_logged_without_it_and_fails_closed(
     plugin_log: pytest.LogCaptureFixture,

@@ -225,7 +225,11 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], str | None, bool]:
     return chunks, draw(st.sampled_from([None, "gzip", "deflate"])), draw(st.integers(0, 4)) == 0
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(streams())
 def test_the_plugin_reads_the_answer_the_sdk_delivers(
     library: HttpLibrary, stream: tuple[list[bytes], str | None, bool]
