@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from harness.otel_stack import free_port
+from harness.ports import free_port
 from harness.proxy import TcpProxy
 
 REPO: Final = Path(__file__).resolve().parents[1]

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
+from harness.ports import free_port
 from harness.receiver import EventDict, SpanDict
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -60,13 +60,6 @@ def binaries() -> Binaries:
             f"(it printed: {done.stdout.strip()!r} {done.stderr.strip()!r})"
         )
     return Binaries(Path(found["OTELCOL"]), Path(found["JAEGER"]))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def closed_endpoint() -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from harness.redis_server import free_port
+from harness.ports import free_port
 
 HOST = "127.0.0.1"
 _WAIT_S = 30.0  # a hang guard only

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
+from harness.ports import free_port
+
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
 
@@ -27,12 +29,6 @@ _START_TIMEOUT_S = 10.0
 def redis_binary() -> str | None:
     """The `redis-server` binary on PATH, or None."""
     return shutil.which("redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((_HOST, 0))
-        return int(probe.getsockname()[1])
 
 
 class RedisServer:

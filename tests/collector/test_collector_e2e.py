@@ -29,6 +29,7 @@ import pytest
 
 from harness import otel_stack as o
 from harness.client import ERAS
+from harness.ports import free_port
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.run import FAULTS, agent_environment, demo_servers, run_agent
 from harness.server import Counters, build_server, running_server
@@ -184,7 +185,7 @@ def test_every_shipped_config_starts_and_reports_healthy(
 ) -> None:
     settings = backends(jaeger, 10)
     settings["MCP_REPLAY_GATEWAY_HOSTNAME"] = o.HOST
-    settings["MCP_REPLAY_GATEWAY_PORT"] = str(o.free_port())
+    settings["MCP_REPLAY_GATEWAY_PORT"] = str(free_port())
     with o.running_collector(bins.otelcol, config, tmp_path, settings) as collector:
         assert collector.process.healthy()
         assert "otelcol_process_uptime" in collector.metrics()  # its own telemetry, where it was moved

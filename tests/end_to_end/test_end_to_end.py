@@ -33,6 +33,7 @@ import pytest
 from tests.support.telemetry import OLD_HTTP_NAMES, OLD_HTTP_STATUS, STABLE_HTTP_NAMES
 
 from harness import run as demo
+from harness.ports import free_port
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
@@ -70,12 +71,6 @@ def rotel_binary() -> Path:
     spec = importlib.util.find_spec("rotel")
     assert spec is not None and spec.submodule_search_locations, "the rotel package is not installed"
     return Path(next(iter(spec.submodule_search_locations))) / "rotel-agent"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -895,3 +895,19 @@ def test_no_property_test_is_failed_by_a_clock() -> None:
                 assert HealthCheck.too_slow in chosen.suppress_health_check, f"{path.name}::{name}"
                 checked += 1
     assert checked == given >= 20  # every property test of the suite was found
+
+
+def test_a_port_named_before_its_server_binds_it_comes_from_below_the_ephemeral_range() -> None:
+    # harness/ports.py: the servers bound to port 0 (most of a run's) draw from the ephemeral range,
+    # so a port picked there could be taken before its process binds it; one picked below cannot.
+    from harness import ports
+
+    low = ports._ephemeral_low()
+    assert low - 1 - ports.LOWEST >= 4096  # this machine has room below (Linux's default: 32768)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        assert not ports._binds(held.getsockname()[1])  # a port a socket holds is not free
+        picked = [ports.free_port() for _ in range(50)]
+    assert all(ports.LOWEST <= port < low and ports._binds(port) for port in picked)
+    assert len(set(picked)) > 1  # drawn, not one fixed port

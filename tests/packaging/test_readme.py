@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -49,12 +50,6 @@ def test_every_marked_block_is_found() -> None:
     text = README.read_text(encoding="utf-8")
     assert text.count("<!-- readme-test: ") == len(blocks())
     assert set(blocks()) >= {"install", "server", "agent.py", "run", "output", "declaration", "demo", "test"}
-
-
-def _free_port() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
 
 
 def _fresh_clone(dest: Path) -> Path:
@@ -120,7 +115,7 @@ def test_the_declaration_key_is_the_url_the_agent_connects_to() -> None:
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 2 * RUN_TIMEOUT_S)
 def test_the_quick_start_runs_as_written_from_a_fresh_clone(tmp_path: Path) -> None:
     found = blocks()
-    port = _free_port()
+    port = str(free_port())
 
     def on_port(text: str) -> str:
         moved = text.replace(f"127.0.0.1:{README_PORT}", f"127.0.0.1:{port}").replace(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import otel_mcp_replay
+from harness.ports import free_port
 from harness.receiver import OtlpReceiver, SpanDict
 from otel_mcp_replay import telemetry as t
 
@@ -38,13 +38,6 @@ class AppRun:
     executions: dict[str, int]  # what the server counted
     sessions: list[str]  # the session ids the server handed out (secrets: never exported raw)
     stderr: str
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def run_app(receiver: OtlpReceiver, **extra_env: str) -> AppRun:

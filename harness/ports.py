@@ -1,0 +1,54 @@
+"""Free 127.0.0.1 ports for the servers the tests start as processes told their port (Redis and its
+Sentinels, the Collector, Jaeger, nginx, an app's demo server).
+
+The rule: a port named before its server binds it comes from below the kernel's ephemeral range
+(ip_local_port_range), the range every `bind((host, 0))` and every outgoing connection draws from.
+A port drawn there and let go could be taken, before its server binds it, by any server of the run
+that binds port 0 (the demo servers, the other SDKs' servers: most of them, in two suites side by
+side); below it, only another caller of `free_port` could, picking at random among thousands.
+A port is free when a bind to it succeeds (a bound, listening or lingering socket fails it).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+from typing import Final
+
+HOST: Final = "127.0.0.1"
+LOWEST: Final = 10_000  # below it: the ports services are known by
+TRIES: Final = 200  # a bound on the probes (nearly all pass at the first)
+_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_pick = random.Random()  # seeded from the OS: each process draws its own sequence
+
+
+def free_port() -> int:
+    """A port no socket holds now, outside the ephemeral range where the machine has one below it
+    of 4,096 ports or more; else one the kernel picks (`bind` to port 0)."""
+    highest = _ephemeral_low() - 1
+    if highest - LOWEST >= 4096:
+        for _ in range(TRIES):
+            port = _pick.randint(LOWEST, highest)
+            if _binds(port):
+                return port
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def _binds(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default: 32768; 0 where unknown)."""
+    try:
+        return int(_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
