@@ -38,11 +38,11 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.attempt import _http_instrumented
 from otel_mcp_replay.call import hashed_session_id
 from otel_mcp_replay.call_span import start_call_span
 from otel_mcp_replay.endpoints import span_endpoint_of
+from otel_mcp_replay.patches.libraries import json_message
 from otel_mcp_replay.runtime import Instruments
 
 Wrapped = Callable[..., Awaitable[Any]]

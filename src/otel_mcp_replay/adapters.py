@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 # Amazon Bedrock AgentCore Runtime: HTTP 409 whose error type is RetryableConflictException, in the
 # x-amzn-ErrorType header (AWS appends ":<documentation url>" there) or the JSON body's __type/code.
 _AGENTCORE_STATUS = 409
 _AGENTCORE_CODE = "RetryableConflictException"
+_MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 
 
 def _aws_error_type(value: str) -> str:
@@ -54,3 +56,20 @@ async def recognises_session_busy(
 ) -> bool:
     recogniser = RECOGNISERS.get(adapter)
     return recogniser is not None and await recogniser(status, headers, body)
+
+
+async def session_busy(adapter: str, response: Any) -> bool:
+    """Whether an HTTP response (the client library's) is `adapter`'s refusal: its status, its
+    headers, and its body read only when asked, and never past _MAX_REFUSAL_BODY."""
+
+    async def body() -> bytes:
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > _MAX_REFUSAL_BODY:
+            return b""
+        try:
+            content: bytes = await response.aread()
+            return content
+        except Exception:  # the client's TransportError: no body is no refusal
+            return b""
+
+    return await recognises_session_busy(adapter, response.status_code, response.headers, body)

@@ -23,14 +23,14 @@ from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.answers import RequestWatch
 from otel_mcp_replay.call_span import CallSpan
 from otel_mcp_replay.evidence import GIVEN_UP, NO_RESPONSE, Answer, Outcome, classify
 from otel_mcp_replay.http_conventions import Attributes
 from otel_mcp_replay.law import BUDGET, NOT_RETRYABLE, Declined, Permission
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, HttpLibrary, exchange, followed
+from otel_mcp_replay.patches.libraries import HttpLibrary
+from otel_mcp_replay.patches.wire import Door, Exchange, Exchanging, RequestWatch, exchange, followed
 from otel_mcp_replay.policy import Wait
 from otel_mcp_replay.record import AttemptRow
 from otel_mcp_replay.runtime import Runtime
@@ -234,7 +234,7 @@ class Attempt:
         """Its connection's own stream (legacy SSE) carried its request's answer, which its call
         keeps (`heard`): a POST cut before its response waits for it no longer; or (`lost` not None)
         that stream ended (`lost`: was lost) before it: it never comes, and it is settled now. What
-        its own event stream says, its watch keeps (answers.RequestWatch): both are read as it is
+        its own event stream says, its watch keeps (wire.RequestWatch): both are read as it is
         settled (`_done`), so that its stream's news never calls it meanwhile."""
         if lost is not None:
             self.stream_cut = lost

@@ -22,7 +22,6 @@ from typing import Any, Final, Protocol
 import anyio
 
 from otel_mcp_replay import telemetry as t
-from otel_mcp_replay.answers import answer_of
 from otel_mcp_replay.attempt import Attempt
 from otel_mcp_replay.call_span import AppCall, CallSpan, Ending, Route, error_type, record_operation
 from otel_mcp_replay.call_span import hashed_session_id as hashed_session_id
@@ -35,6 +34,7 @@ from otel_mcp_replay.guard import CONFIRMED, CallGuard
 from otel_mcp_replay.law import NOT_RETRYABLE
 from otel_mcp_replay.ledger import SERIES_EFFECT, RequestReplay
 from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.patches.wire import answer_of
 from otel_mcp_replay.record import RecordRefused, call_record
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.telemetry import CallDeclinedReason, CallVerdict, Effect, TaskStatus

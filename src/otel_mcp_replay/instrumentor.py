@@ -26,14 +26,23 @@ from opentelemetry.metrics import Counter, get_meter
 from opentelemetry.trace import get_tracer, get_tracer_provider
 from wrapt import wrap_function_wrapper
 
-from otel_mcp_replay import answers
 from otel_mcp_replay import environment_variables as ev
 from otel_mcp_replay.config import configuration_of
 from otel_mcp_replay.config_file import OTEL_CONFIG_FILE, FileOptions
 from otel_mcp_replay.guard import RepeatGuard, SharedStore
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.package import _instruments
-from otel_mcp_replay.patches import aws_distro, carrier, http_send, series, session, sse, stdio, wire
+from otel_mcp_replay.patches import (
+    aws_distro,
+    carrier,
+    http_send,
+    libraries,
+    series,
+    session,
+    sse,
+    stdio,
+    wire,
+)
 from otel_mcp_replay.policy import RetryBudgets
 from otel_mcp_replay.record import Vouches, refused_records_counter
 from otel_mcp_replay.redaction import (
@@ -63,7 +72,7 @@ _LOADER_KEYWORDS = frozenset(("skip_dep_check", "raise_exception_on_conflict"))
 
 def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
     """Where the plugin wraps the mcp client: (module, attribute, wrapper with the runtime bound)."""
-    http = wire.HttpLibrary.of(
+    http = libraries.HttpLibrary.of(
         importlib.import_module(LINE.http), LINE.synthetic_status, LINE.resolves_lost_answers
     )
     # 1.x only: the carrier's memory of messages sent during a call; 2.x carries the call itself.
@@ -84,7 +93,7 @@ def _seams(runtime: Runtime) -> list[tuple[str, str, Callable[..., Any]]]:
         (LINE.http, "AsyncClient._send_single_request", wire.reached_connection),
         (LINE.http, "AsyncClient.build_request", functools.partial(http_send.built, builds)),
         # The SDK's event-stream reader: the answers are read from the events it yields.
-        (LINE.event_reader[0], LINE.event_reader[1], functools.partial(answers.events_read, http.watched)),
+        (LINE.event_reader[0], LINE.event_reader[1], functools.partial(wire.events_read, http.watched)),
         ("mcp.client.session", "ClientSession.call_tool", calling),
         ("mcp.client.stdio", "stdio_client", stdio.stdio_client),
     ]

@@ -31,7 +31,7 @@ WIRE = "patches.wire"  # the module that tells what an attempt's exchange sent a
 # The eras that do not meet a goal yet, with what the measure finds: a task-backed call is three
 # exchanges (the 429, the creating request's 200, the poll), each entering the attempt, the wire,
 # the evidence and the HTTP conventions, and its task's creation and its poll its own seams.
-MORE_HOPS = {"task": "44 hops: three exchanges, each through attempt, wire, evidence, conventions"}
+MORE_HOPS = {"task": "42 hops: three exchanges, each through attempt, wire, evidence, conventions"}
 
 
 @pytest.fixture(scope="module", params=sorted(ERAS))

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from harness.client import http
-from otel_mcp_replay.answers import EventWatch
 from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.patches.wire import EventWatch
 
 # zlib's window bits per content coding (RFC 9110 `deflate` is the zlib format).
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}

@@ -33,9 +33,9 @@ from wrapt import wrap_function_wrapper
 
 from harness.client import http
 from harness.sdk import LINE as SDK_LINE
-from otel_mcp_replay.answers import EventWatch, events_read
 from otel_mcp_replay.lines import LINE
-from otel_mcp_replay.patches.wire import HttpLibrary, answers_request, until_answer
+from otel_mcp_replay.patches.libraries import HttpLibrary
+from otel_mcp_replay.patches.wire import EventWatch, answers_request, events_read, until_answer
 
 if SDK_LINE == 2:
     import mcp_types as types

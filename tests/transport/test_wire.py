@@ -17,9 +17,10 @@ from tests.support.streams import answers_watched, event_stream
 
 from harness.client import types
 from harness.sdk import LINE as SDK_LINE
-from otel_mcp_replay.answers import EventWatch, answer_of, json_message
 from otel_mcp_replay.lines import LINE
 from otel_mcp_replay.patches.http_send import _accept_and_content_type
+from otel_mcp_replay.patches.libraries import json_message
+from otel_mcp_replay.patches.wire import EventWatch, answer_of
 
 RESULT = {"jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}
 

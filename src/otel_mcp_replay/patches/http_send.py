@@ -24,14 +24,13 @@ from typing import Any, Final
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 from opentelemetry.trace import INVALID_SPAN
 
-from otel_mcp_replay.answers import json_message
 from otel_mcp_replay.call import CURRENT_CALL, ToolCall
 from otel_mcp_replay.errors import ReplayUnavailableError
 from otel_mcp_replay.law import PROTOCOL, TASK_POLL, permit_on_network, target_of
 from otel_mcp_replay.patches.carrier import carried_call, sent_suppressed
+from otel_mcp_replay.patches.libraries import HttpLibrary, json_message
 from otel_mcp_replay.patches.series import HttpSeam, SeamRequest, poll_series, protocol_series, tool_series
 from otel_mcp_replay.patches.sse import SseStream, watch_event_stream
-from otel_mcp_replay.patches.wire import HttpLibrary
 from otel_mcp_replay.tasks import CURRENT_POLL
 from otel_mcp_replay.telemetry import MCP_METHOD_NAME, TASKS_GET_METHOD, TOOLS_CALL_METHOD
 

@@ -31,8 +31,9 @@ from otel_mcp_replay.law import (
     target_of,
 )
 from otel_mcp_replay.patches.carrier import Carriage
+from otel_mcp_replay.patches.libraries import HttpLibrary, synthetic_error
 from otel_mcp_replay.patches.sse import SseConnections, SseStream
-from otel_mcp_replay.patches.wire import Exchange, HttpLibrary, outcome_of, synthetic_error
+from otel_mcp_replay.patches.wire import Exchange, outcome_of
 from otel_mcp_replay.policy import ReplayPolicy, Wait
 from otel_mcp_replay.runtime import Runtime
 from otel_mcp_replay.tasks import TaskPoll

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urljoin
 
-from otel_mcp_replay.answers import EventWatch
 from otel_mcp_replay.call import ToolCall
 from otel_mcp_replay.declaration import Declaration
 from otel_mcp_replay.evidence import Answer
+from otel_mcp_replay.patches.libraries import HttpLibrary
+from otel_mcp_replay.patches.wire import EventWatch
 from otel_mcp_replay.runtime import Runtime
-
-if TYPE_CHECKING:
-    from otel_mcp_replay.patches.wire import HttpLibrary
 
 
 @dataclass(eq=False)

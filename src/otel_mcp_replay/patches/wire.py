@@ -1,76 +1,40 @@
-"""The wire of the HTTP seam: what one attempt's exchange sent and got, told in the law's words.
+"""The wire of the HTTP seam: what one attempt's exchange sent and got, and what it says of the
+JSON-RPC answer to its request, told in the law's words.
 
 The rule: what an exchange came to is read in one place (`outcome_of`: the adapter's refusal, a
-2xx's answer, a refusal's Retry-After), for a tool call's attempt and a protocol request alike;
-whether an attempt's request reached the connection is written at the one door past the client's
-auth flow and event hooks (`reached_connection`, a `Door` the attempt reads); what an event stream
-says is read from the events the SDK's own reader yields (answers.events_read), over the body as the
-client decoded it, never from its bytes, into a watch its attempt listens to. A leaf: it knows no
-attempt and no call, asks no law (whether a stream is read ahead, so that a cut of it can be
-repeated, is the request's decision, handed in), and tells only what it is handed. The code serves
-httpx2 (mcp 2.x) and httpx (mcp 1.x) alike: what differs is the `HttpLibrary` bound in with the
-runtime, and lines.Line.
+2xx's answer, a refusal's Retry-After); whether its request reached the connection is written at the
+one door past the client's auth flow and event hooks (`reached_connection`, a `Door`). The answer is
+read as the SDK reads it: a body as the client decoded it, read as the SDK's models read a message
+(`message_of`); an event stream from the events the SDK's own reader yields (`events_read`, into a
+watch that keeps what it saw for its attempt). No byte is changed, and no size turns the reading
+off. A leaf: it knows no attempt and no call, asks no law (whether a stream is read ahead is the
+request's decision, handed in), and tells only what it is handed.
 """
 
 from __future__ import annotations
 
 import contextvars
 import time
-import weakref
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from types import ModuleType
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final, NamedTuple, Protocol
 
 import anyio
 
-from otel_mcp_replay.adapters import recognises_session_busy
-from otel_mcp_replay.answers import EventWatch, ReadAhead, RequestWatch, Tee, answers_request, message_of
+from otel_mcp_replay.adapters import session_busy
 from otel_mcp_replay.declaration import Declaration
-from otel_mcp_replay.evidence import Outcome, Reply, classify
+from otel_mcp_replay.evidence import Answer, Outcome, Reply, classify
 from otel_mcp_replay.law import Decision, Repeat, Target
 from otel_mcp_replay.lines import LINE
+from otel_mcp_replay.patches.libraries import (
+    HttpLibrary,
+    StreamWatch,
+    fast_json,
+    stdlib_message,
+    synthetic_error,
+)
 
-__all__ = ["answers_request"]  # the rule a request's own stream is read by, re-exported for the seams
-
-_MAX_REFUSAL_BODY = 64 * 1024  # a refusal's body is read for its error code, never further
 # The HTTP versions the client libraries report, as network.protocol.version says them.
 _VERSIONS: Final = {b"HTTP/1.1": "1.1", b"HTTP/2": "2", b"HTTP/1.0": "1.0"}
-
-
-@dataclass(frozen=True)
-class HttpLibrary:
-    """The names this seam uses of one HTTP client library (httpx2 and httpx share its API)."""
-
-    module: ModuleType
-    read_ahead: type[ReadAhead]  # ReadAhead as that library's own async byte stream
-    tee: type[Tee]  # Tee, the same
-    # Never sent: the connection was not made, so the server cannot have run anything.
-    not_sent: tuple[type[BaseException], ...]
-
-    synthetic_status: int = 599  # the status of a synthetic JSON-RPC error answer (lines.Line)
-    resolves_lost_answers: bool = True  # lines.Line: else a streamable session's calls keep their scope
-    # The responses whose event streams are watched, each read by its watch as the SDK's reader
-    # yields its events (answers.events_read); a response is let go once its reader begins.
-    watched: weakref.WeakKeyDictionary[Any, EventWatch] = field(default_factory=weakref.WeakKeyDictionary)
-
-    @classmethod
-    def of(
-        cls, module: ModuleType, synthetic_status: int = 599, resolves_lost_answers: bool = True
-    ) -> HttpLibrary:
-        read_ahead = type("ReadAhead", (ReadAhead, module.AsyncByteStream), {})
-        tee = type("Tee", (Tee, module.AsyncByteStream), {})
-        not_sent = (
-            module.ConnectError,
-            module.ConnectTimeout,
-            module.PoolTimeout,
-            module.UnsupportedProtocol,
-        )
-        return cls(module, read_ahead, tee, not_sent, synthetic_status, resolves_lost_answers)
-
-    def watch(self, response: Any, watch: EventWatch) -> None:
-        """Read `response`'s events, as the SDK's reader yields them, into `watch`."""
-        self.watched[response] = watch
 
 
 async def outcome_of(
@@ -86,7 +50,7 @@ async def outcome_of(
     cut while read raises the client's TransportError."""
     status = int(response.status_code)  # an IntEnum (HTTPStatus) is not a record's int
     if status == 429 or (
-        declaration.adapter is not None and await _session_busy(declaration.adapter, response)
+        declaration.adapter is not None and await session_busy(declaration.adapter, response)
     ):  # a refusal: its Retry-After is read, against the clock of now
         retry_after = response.headers.get("retry-after")
         busy = status != 429
@@ -314,30 +278,173 @@ async def until_answer(http: HttpLibrary, response: Any) -> None:
     response.stream = http.read_ahead(read, rest, stream)
 
 
-async def _session_busy(adapter: str, response: Any) -> bool:
-    async def body() -> bytes:
-        length = response.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > _MAX_REFUSAL_BODY:
-            return b""
-        try:
-            content: bytes = await response.aread()
-            return content
-        except Exception:  # the client's TransportError: no body is no refusal
-            return b""
+# -- what a response says of the answer to a request id, read as the SDK reads it --
 
-    return await recognises_session_busy(adapter, response.status_code, response.headers, body)
+# Called with the request id as the server sent it and what it carried.
+OnAnswer = Callable[[object, Answer], None]
+# Called with the data of a legacy-SSE stream's `endpoint` event: the message endpoint it announces.
+OnEndpoint = Callable[[str], None]
+# Called once when the stream ends: None on a clean end, the exception on a cut.
+OnEnd = Callable[[BaseException | None], None]
 
 
-def synthetic_error(http: HttpLibrary, request: Any, request_id: object, why: str) -> Any:
-    """A JSON-RPC error the SDK resolves this one request with, instead of tearing down the session.
+def answer_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | None:
+    """The (id, kind) of a JSON-RPC response in `payload`, or None for anything else: what the
+    SDK reads as a response, from the whole text (a response begun and then garbled, or two
+    messages in one, the SDK refuses: so does this)."""
+    found = message_of(payload)
+    return None if found is ASKS else found  # type: ignore[return-value]
 
-    Never a server's word. Under app-authorized the call seam turns the call's failure into
-    `ReplayUnavailableError` or, when an attempt lacked an answer, `UnknownEffectError`.
+
+ASKS: Final = True  # message_of: a request of the server's (it asks the client something)
+
+
+def message_of(payload: bytes | bytearray | str) -> tuple[object, Answer] | bool | None:
+    """answer_of, or ASKS for a request the server sends the client. A message is read as the SDK's
+    models (mcp_types' JSONRPCResponse, JSONRPCError, JSONRPCRequest; 1.x's alike) take one: the
+    envelope `"jsonrpc": "2.0"`; an id that is an integer (never a bool or a float) or a string,
+    which only an error may leave null; a result that is an object; an error that is an object with
+    an integer code and a string message; a request's string method. Its JSON is parsed whole by the
+    SDK's parser, pydantic's (the SDK's own validation of the same message costs twenty times more)."""
+    try:  # json_message, inline: it is read once per answer
+        message = fast_json(payload, cache_strings="keys")  # type: ignore[misc]
+    except (ValueError, TypeError):  # (TypeError too when pydantic is absent: None is no parser)
+        message = stdlib_message(payload)
+    if type(message) is not dict:
+        return None
+    get = message.get
+    if get("jsonrpc") != "2.0":
+        return None
+    request_id = get("id", _ABSENT)
+    if type(request_id) not in _ID_TYPES:  # an integer or a string: a response's, or a request's
+        if request_id is None and "error" in message:  # an error that could not name the request
+            return _error_of(message, None)
+        return None
+    result = get("result", _ABSENT)
+    if result is not _ABSENT:
+        return (request_id, "result") if type(result) is dict else None
+    if "error" in message:
+        return _error_of(message, request_id)
+    return ASKS if type(get("method")) is str else None
+
+
+_ABSENT: Final = object()  # a key the message does not have
+_ID_TYPES: Final = (int, str)  # exactly these: a bool or a float is no id to the SDK's models
+
+
+def _error_of(message: dict[str, Any], request_id: object) -> tuple[object, Answer] | None:
+    error = message["error"]
+    if type(error) is dict and type(error.get("code")) is int and type(error.get("message")) is str:
+        return request_id, "error"
+    return None
+
+
+def _no_answer(answer_id: object, kind: Answer) -> None:
+    """What a watch tells of an answer once its stream ended: nothing."""
+
+
+class EventWatch:
+    """One response's event stream, told event by event as the SDK's own reader yields it (the
+    HTTP library's `EventSource`, over the body as the client decoded it: `events_read`): the
+    answers it carries, whether it asked the client something, the message endpoint it announces,
+    and its end. It reads what the SDK reads, and nothing else: an event
+    the SDK's reader refuses (its size cap) is never seen here either.
+
+    As the SDK's transports read an event: a `message` event (the default) with empty data is a
+    priming event or a keep-alive, and says nothing; its data is one JSON-RPC message. Only an
+    `endpoint` event announces a message endpoint (the legacy SSE transport's first).
     """
-    body = {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": -32000, "message": f"otel-mcp-replay: {why}"},
-    }
-    headers = {"content-type": "application/json"}
-    return http.module.Response(http.synthetic_status, json=body, headers=headers, request=request)
+
+    __slots__ = ("_on_answer", "_on_end", "_on_endpoint", "asked", "ended")
+
+    def __init__(
+        self, on_answer: OnAnswer, on_end: OnEnd | None = None, on_endpoint: OnEndpoint | None = None
+    ) -> None:
+        self._on_answer, self._on_end, self._on_endpoint = on_answer, on_end, on_endpoint
+        self.asked = False  # an event of the stream asked the client something (a server request)
+        # Its reading was seen to its end: only then is an answer's absence known (the plugin turned
+        # off or on again meanwhile, the SDK reads the stream unseen).
+        self.ended = False
+
+    def event(self, event: Any) -> None:
+        """One event (a `ServerSentEvent` of the line's reader), before the SDK reads it."""
+        name, data = event.event, event.data
+        if name == "message":
+            if data:
+                found = message_of(data)
+                if found is ASKS:
+                    self.asked = True
+                elif found is not None:
+                    self._on_answer(*found)  # type: ignore[misc]
+        elif name == "endpoint" and self._on_endpoint is not None:
+            self._on_endpoint(data)
+
+    async def read(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`events`, the SDK's reader's, passed on one by one, each told first; then its end: None
+        when it ended or its reader stopped reading, else what it raised (a cut, a cancel)."""
+        try:
+            async for event in events:
+                self.event(event)
+                yield event
+        except GeneratorExit:  # the SDK stopped reading (it had what it read for)
+            self._end(None)
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    def _end(self, error: BaseException | None) -> None:
+        self.ended = True
+        self._on_answer = _no_answer  # no answer counts past the end; its listener is let go
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(error)
+
+
+def events_read(
+    watched: MutableMapping[Any, StreamWatch],
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The SDK's reader of an event stream (lines.Line.event_reader), as it begins: a watched
+    response's events (`watched`, the HTTP library's) are told to its watch one by one,
+    each before the SDK reads it, from what the SDK's own parser yields; any other reader passes
+    straight on."""
+    events = wrapped(*args, **kwargs)
+    if not watched:
+        return events
+    watch = watched.pop(instance.response, None)
+    return events if watch is None else watch.read(events)
+
+
+def answers_request(answer_id: object, request_id: object) -> bool:
+    """An answer on a request's own event stream is that request's: by its id on mcp 1.x, whatever
+    its id on 2.x, whose transport writes the request's id into it (lines.Line)."""
+    return LINE.stream_answers_its_request or answer_id == request_id
+
+
+class RequestWatch(EventWatch):
+    """A request's own event stream (`_watched`): the first answer it carried to the request
+    (`answer`) and, when it ended without one, whether it was cut (`cut`, the client's error: its
+    TransportError says so; the SDK's reader refusing the stream, its size cap,
+    lines.Line.event_refused, is no cut). It tells no one: its attempt reads it as it is settled,
+    so that the stream's news never calls into the attempt while the SDK reads."""
+
+    __slots__ = ("_cuts", "_request_id", "answer", "cut")
+
+    def __init__(self, request_id: object, cuts: type[BaseException]) -> None:
+        super().__init__(self._answered, self._stream_ended)
+        self._request_id, self._cuts = request_id, cuts
+        self.answer: Answer | None = None
+        self.cut: BaseException | None = None
+
+    def _answered(self, answer_id: object, kind: Answer) -> None:
+        if self.answer is None and answers_request(answer_id, self._request_id):
+            self.answer = kind
+
+    def _stream_ended(self, error: BaseException | None) -> None:
+        if isinstance(error, self._cuts) and not isinstance(error, LINE.event_refused()):
+            self.cut = error
