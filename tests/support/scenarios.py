@@ -1,10 +1,14 @@
-"""What the framework tests that live in environments of their own share (test_adk.py,
-test_strands.py): the calls they make and the server's transport (the declaration: calls.declared).
-It imports no framework: each of those files runs only where its framework is installed."""
+"""What the framework tests share (test_adk.py, test_strands.py, test_agno.py): the calls they
+make, the server's transport (the declaration: calls.declared) and what a search repeated after its
+429 comes to. It imports no framework: each of those files runs only where its framework is
+installed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry.sdk.trace import ReadableSpan
+from tests.support.telemetry import Telemetry, the_record
 
 from harness.server import ServerHandle
 from otel_mcp_replay import telemetry as t
@@ -26,6 +30,18 @@ def is_sse(server: ServerHandle) -> bool:
 def posted_status(server: ServerHandle) -> int:
     """The status of an accepted POST: SSE accepts a message with 202 and answers on the stream."""
     return 202 if is_sse(server) else 200
+
+
+def search_repeated_after_its_429(server: ServerHandle, telemetry: Telemetry) -> dict[str, Any]:
+    """The one search, refused with a 429 and repeated by the app's permission: it ran once, in two
+    POSTs, and completed, as its record says; the record."""
+    assert server.counters.executions("search") == 1
+    assert server.counters.tool_posts("search") == 2
+    record = the_record(telemetry)
+    assert list(record[t.ATTEMPTS_STATUS]) == [429, posted_status(server)]
+    assert list(record[t.ATTEMPTS_PERMISSION]) == ["first", "app"]
+    assert record[t.VERDICT] == "completed"
+    return record
 
 
 def scope_of(span: ReadableSpan) -> str:
