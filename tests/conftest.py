@@ -21,8 +21,10 @@ from harness.client import ERAS
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
 
-# LangChain's adapters pin mcp < 2: their test runs in the mcp 1.30 environment (scripts/test-lines).
-collect_ignore = ["frameworks/test_langchain.py"] if int(version("mcp").split(".")[0]) >= 2 else []
+# LangChain's adapters and mcp-use pin mcp < 2: their tests run in the mcp 1.30 environment
+# (scripts/test-lines).
+MCP_1X_ONLY = ["frameworks/test_langchain.py", "frameworks/test_mcp_use.py"]
+collect_ignore = list(MCP_1X_ONLY) if int(version("mcp").split(".")[0]) >= 2 else []
 # Task-backed calls need fastmcp-tasks, which pins fastmcp to its own release: their test runs in the
 # tasks environment (scripts/test-lines), and is left out where fastmcp-tasks is not installed.
 if find_spec("fastmcp_tasks") is None:

@@ -1,14 +1,15 @@
-"""What the framework tests share (test_adk.py, test_strands.py, test_agno.py): the calls they
-make, the server's transport (the declaration: calls.declared) and what a search repeated after its
-429 comes to. It imports no framework: each of those files runs only where its framework is
-installed."""
+"""What the framework tests share (test_adk.py, test_strands.py, test_agno.py, test_mcp_use.py):
+the calls they make, the server's transport (the declaration: calls.declared) and what each scenario
+comes to on the server and in the telemetry. It imports no framework: each of those files runs only
+where its framework is installed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from tests.support.telemetry import Telemetry, the_record
+from opentelemetry.trace import SpanKind
+from tests.support.telemetry import Telemetry, records, the_record
 
 from harness.server import ServerHandle
 from otel_mcp_replay import telemetry as t
@@ -66,3 +67,34 @@ def call_span_and_ancestry(
 def children_of(spans: list[ReadableSpan], parent: ReadableSpan) -> set[tuple[str, str]]:
     span_id = parent.context.span_id
     return {(s.name, scope_of(s)) for s in spans if s.parent is not None and s.parent.span_id == span_id}
+
+
+def told_then_refused(server: ServerHandle, telemetry: Telemetry) -> None:
+    """A changing email cut after it ran, sent again by the model, then a search: the email ran once,
+    in one POST, its repeat refused unsent; the search ran and completed; the three records say so."""
+    assert server.counters.executions("send_email") == 1
+    assert server.counters.tool_posts("send_email") == 1
+    assert server.counters.executions("search") == 1
+    told, refused, searched = records(telemetry)
+    assert (told[t.MAY_HAVE_RUN], told[t.EFFECT], told[t.VERDICT]) == (True, "unknown", "failed")
+    assert (refused[t.VERDICT], refused[t.SENT], refused[t.EFFECT]) == ("failed", 0, "none")
+    assert searched[t.VERDICT] == "completed"
+
+
+def one_call_span_with_its_post(server: ServerHandle, telemetry: Telemetry, scope: str) -> None:
+    """One clean search: it ran once, and is one MCP client span of `scope`'s (the instrumentation
+    that made it), completed, with its POST under it, its record one attempt. (The server runs in
+    this process: its own spans of the call, SERVER spans, are beside these.)"""
+    assert server.counters.executions("search") == 1
+    spans = telemetry.spans()
+    calls = [
+        s
+        for s in spans
+        if s.kind is SpanKind.CLIENT and (s.attributes or {}).get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD
+    ]
+    assert [(s.name, scope_of(s)) for s in calls] == [("tools/call search", scope)]
+    (call,) = calls
+    assert (call.attributes or {})[t.VERDICT] == "completed"
+    assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children_of(spans, call)
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.ATTEMPTS_STATUS]) == (1, (posted_status(server),))

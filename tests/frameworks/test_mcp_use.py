@@ -1,0 +1,108 @@
+"""The law under mcp-use: its `MCPClient` (streamable HTTP first, the legacy SSE transport when that
+fails) and the LangChain tools its `MCPAgent` hands the model (`LangChainAdapter`), each invoked as
+the agent invokes one (no LLM), against the real fault server on 127.0.0.1 over streamable HTTP and
+the legacy SSE transport, with `instrument()` called after mcp-use was imported.
+
+mcp-use's tool hands the model any error of a call as a dict, `{"error": <its type's name>,
+"details": <its message>, ...}`: the plugin's error reaches the model by name, with its message.
+mcp-use retries no tool call; a model that calls again after the call may have run is refused by
+the repeat guard before anything is sent. Its anonymous telemetry (PostHog, Scarf) is off here, as
+its documentation says to turn it off: nothing leaves 127.0.0.1.
+
+Runs in the mcp 1.x environment (scripts/test-lines): mcp-use 1.7 pins mcp < 2. Ground truth is the
+server's count of executions per tool; the plugin's record says the rest.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["MCP_USE_ANONYMIZED_TELEMETRY"] = "false"  # read once, as mcp-use is imported
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp_use import MCPClient
+from mcp_use.agents.adapters import LangChainAdapter
+from tests.support.calls import declared
+from tests.support.scenarios import (
+    DEADLINE_S,
+    EMAIL,
+    MAY_HAVE_RUN,
+    NOT_SENT,
+    SEARCH,
+    SEARCH_RESULT,
+    one_call_span_with_its_post,
+    search_repeated_after_its_429,
+    told_then_refused,
+)
+from tests.support.telemetry import Telemetry
+
+from harness.faults import DropAfterExecution, Throttle
+from harness.server import ServerHandle, running_server
+from otel_mcp_replay import telemetry as t
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["streamable", "sse"])
+def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
+    with running_server(request.param) as handle:
+        yield handle
+
+
+@asynccontextmanager
+async def agent_tools(server: ServerHandle) -> AsyncIterator[dict[str, Any]]:
+    """The tools mcp-use's agent hands the model, by name, over a client of the server's URL."""
+    client = MCPClient.from_dict({"mcpServers": {"demo": {"url": server.url}}})
+    try:
+        tools = await LangChainAdapter().create_tools(client)
+        yield {tool.name: tool for tool in tools}
+    finally:
+        await client.close_all_sessions()
+
+
+async def invoke(tools: dict[str, Any], tool: str, arguments: dict[str, Any]) -> Any:
+    """The tool invoked as the agent invokes a model's call of it: what the model is handed."""
+    with anyio.fail_after(DEADLINE_S):
+        return await tools[tool].ainvoke(arguments)
+
+
+async def test_a_429_is_repeated_by_the_apps_permission(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle())
+    async with agent_tools(server) as tools:
+        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
+    search_repeated_after_its_429(server, telemetry)
+
+
+async def test_the_model_calling_again_after_the_cut_is_refused_by_the_repeat_guard(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A changing tool cut after it ran: the model is handed the plugin's error, by name, saying it
+    may have run; it calls the tool again, and the repeat is refused before it is sent; the same
+    tools go on working."""
+    instrument(servers=declared(server, {"send_email": {"changes": True}}))
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
+    async with agent_tools(server) as tools:
+        first = await invoke(tools, *EMAIL)
+        repeat = await invoke(tools, *EMAIL)
+        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
+    assert first["error"] == "UnknownEffectError" and MAY_HAVE_RUN in first["details"].lower(), first
+    assert repeat["error"] == "RepeatRefusedError" and NOT_SENT in repeat["details"], repeat
+    told_then_refused(server, telemetry)
+
+
+async def test_a_clean_call_is_one_call_span_with_its_post_under_it(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """The call's one MCP client span (the plugin's: mcp 1.x makes none), its POST under it."""
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    async with agent_tools(server) as tools:
+        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
+    one_call_span_with_its_post(server, telemetry, t.INSTRUMENTATION_NAME)
