@@ -20,21 +20,16 @@ from typing import Any
 import pytest
 from agno.tools.function import FunctionCall
 from agno.tools.mcp import MCPTools
-from tests.support.calls import declared
 from tests.support.scenarios import (
-    EMAIL,
-    MAY_HAVE_RUN,
-    NOT_SENT,
-    SEARCH,
-    SEARCH_RESULT,
+    Call,
+    a_429_repeated,
+    a_clean_call,
+    a_cut_called_again,
+    handed_in_words,
     is_sse,
-    one_call_span_with_its_post,
-    search_repeated_after_its_429,
-    told_then_refused,
 )
 from tests.support.telemetry import Telemetry
 
-from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle, running_server
 
 pytestmark = pytest.mark.anyio
@@ -49,54 +44,36 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
 
 
 @asynccontextmanager
-async def toolkit(server: ServerHandle) -> AsyncIterator[MCPTools]:
-    """The toolkit an agno app makes for the server's URL, connected."""
+async def agno(server: ServerHandle) -> AsyncIterator[Call]:
+    """The toolkit an agno app makes for the server's URL, connected; each tool run as agno's agent
+    runs a model's call of it, to what the model is handed."""
     async with MCPTools(url=server.url, transport="sse" if is_sse(server) else "streamable-http") as tools:
-        yield tools
 
+        async def call(tool: str, arguments: dict[str, Any]) -> str:
+            outcome = await FunctionCall(function=tools.functions[tool], arguments=arguments).aexecute()
+            assert outcome.status == "success", outcome  # agno turns a failed call into a text too
+            return str(getattr(outcome.result, "content", outcome.result))
 
-async def run_tool(tools: MCPTools, tool: str, arguments: dict[str, Any]) -> str:
-    """The tool run as agno's agent runs a model's call of it: what the model is handed."""
-    call = FunctionCall(function=tools.functions[tool], arguments=arguments)
-    outcome = await call.aexecute()
-    assert outcome.status == "success", outcome  # agno turns a failed call into a text too
-    return str(getattr(outcome.result, "content", outcome.result))
+        yield call
 
 
 async def test_a_429_is_repeated_by_the_apps_permission(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
-    server.faults.add("search", Throttle())
-    async with toolkit(server) as tools:
-        assert await run_tool(tools, *SEARCH) == SEARCH_RESULT
-    search_repeated_after_its_429(server, telemetry)
+    await a_429_repeated(server, telemetry, instrument, agno)
 
 
 async def test_the_model_calling_again_after_the_cut_is_refused_by_the_repeat_guard(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """A changing tool cut after it ran: the model is handed the plugin's word that it may have run;
-    it calls the tool again, and the repeat is refused before it is sent; the same toolkit goes on
-    working."""
-    instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
-    async with toolkit(server) as tools:
-        first = await run_tool(tools, *EMAIL)
-        repeat = await run_tool(tools, *EMAIL)
-        assert await run_tool(tools, *SEARCH) == SEARCH_RESULT
-    failed = AGNO_FAILED.format("send_email")
-    assert first.startswith(failed) and MAY_HAVE_RUN in first.lower(), first
-    assert repeat.startswith(failed) and NOT_SENT in repeat, repeat
-    told_then_refused(server, telemetry)
+    """The model is handed the plugin's word that the call may have run, then the refusal."""
+    first, repeat = await a_cut_called_again(server, telemetry, instrument, agno)
+    handed_in_words(first, repeat, AGNO_FAILED.format("send_email"))
 
 
 async def test_a_clean_call_is_one_call_span_with_its_post_under_it(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """The call's one MCP client span (fastmcp's, which the plugin writes onto), its POST under it;
-    agno's ping before the call is a request of its own, never a tool call's."""
-    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
-    async with toolkit(server) as tools:
-        assert await run_tool(tools, *SEARCH) == SEARCH_RESULT
-    one_call_span_with_its_post(server, telemetry, "fastmcp")  # the ping is no attempt of the call's
+    """The call's one MCP client span is fastmcp's, which the plugin writes onto; agno's ping before
+    the call is a request of its own, no attempt of the call's."""
+    await a_clean_call(server, telemetry, instrument, agno, "fastmcp")

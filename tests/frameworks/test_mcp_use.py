@@ -27,21 +27,17 @@ import anyio
 import pytest
 from mcp_use import MCPClient
 from mcp_use.agents.adapters import LangChainAdapter
-from tests.support.calls import declared
 from tests.support.scenarios import (
     DEADLINE_S,
-    EMAIL,
     MAY_HAVE_RUN,
     NOT_SENT,
-    SEARCH,
-    SEARCH_RESULT,
-    one_call_span_with_its_post,
-    search_repeated_after_its_429,
-    told_then_refused,
+    Call,
+    a_429_repeated,
+    a_clean_call,
+    a_cut_called_again,
 )
 from tests.support.telemetry import Telemetry
 
-from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import telemetry as t
 
@@ -55,54 +51,40 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
 
 
 @asynccontextmanager
-async def agent_tools(server: ServerHandle) -> AsyncIterator[dict[str, Any]]:
-    """The tools mcp-use's agent hands the model, by name, over a client of the server's URL."""
+async def mcp_use(server: ServerHandle) -> AsyncIterator[Call]:
+    """The tools mcp-use's agent hands the model, over a client of the server's URL; each invoked as
+    the agent invokes a model's call of it, to what the model is handed."""
     client = MCPClient.from_dict({"mcpServers": {"demo": {"url": server.url}}})
     try:
-        tools = await LangChainAdapter().create_tools(client)
-        yield {tool.name: tool for tool in tools}
+        tools = {tool.name: tool for tool in await LangChainAdapter().create_tools(client)}
+
+        async def call(tool: str, arguments: dict[str, Any]) -> Any:
+            with anyio.fail_after(DEADLINE_S):
+                return await tools[tool].ainvoke(arguments)
+
+        yield call
     finally:
         await client.close_all_sessions()
-
-
-async def invoke(tools: dict[str, Any], tool: str, arguments: dict[str, Any]) -> Any:
-    """The tool invoked as the agent invokes a model's call of it: what the model is handed."""
-    with anyio.fail_after(DEADLINE_S):
-        return await tools[tool].ainvoke(arguments)
 
 
 async def test_a_429_is_repeated_by_the_apps_permission(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
-    server.faults.add("search", Throttle())
-    async with agent_tools(server) as tools:
-        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
-    search_repeated_after_its_429(server, telemetry)
+    await a_429_repeated(server, telemetry, instrument, mcp_use)
 
 
 async def test_the_model_calling_again_after_the_cut_is_refused_by_the_repeat_guard(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """A changing tool cut after it ran: the model is handed the plugin's error, by name, saying it
-    may have run; it calls the tool again, and the repeat is refused before it is sent; the same
-    tools go on working."""
-    instrument(servers=declared(server, {"send_email": {"changes": True}}))
-    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
-    async with agent_tools(server) as tools:
-        first = await invoke(tools, *EMAIL)
-        repeat = await invoke(tools, *EMAIL)
-        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
+    """The model is handed the plugin's error by name, saying the call may have run, then the
+    refusal by name."""
+    first, repeat = await a_cut_called_again(server, telemetry, instrument, mcp_use)
     assert first["error"] == "UnknownEffectError" and MAY_HAVE_RUN in first["details"].lower(), first
     assert repeat["error"] == "RepeatRefusedError" and NOT_SENT in repeat["details"], repeat
-    told_then_refused(server, telemetry)
 
 
 async def test_a_clean_call_is_one_call_span_with_its_post_under_it(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    """The call's one MCP client span (the plugin's: mcp 1.x makes none), its POST under it."""
-    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
-    async with agent_tools(server) as tools:
-        assert await invoke(tools, *SEARCH) == SEARCH_RESULT
-    one_call_span_with_its_post(server, telemetry, t.INSTRUMENTATION_NAME)
+    """The call's one MCP client span is the plugin's: mcp 1.x makes none."""
+    await a_clean_call(server, telemetry, instrument, mcp_use, t.INSTRUMENTATION_NAME)

@@ -5,12 +5,16 @@ where its framework is installed."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from tests.support.calls import declared
 from tests.support.telemetry import Telemetry, records, the_record
 
+from harness.faults import DropAfterExecution, Throttle
 from harness.server import ServerHandle
 from otel_mcp_replay import telemetry as t
 
@@ -22,6 +26,11 @@ SEARCH_RESULT = "3 results for 'q'"
 # The plugin's words for a changing call cut after it ran, and for its repeat refused.
 MAY_HAVE_RUN = "may have run on the server"
 NOT_SENT = "was not sent: the same call failed moments ago"
+
+# How a framework's agent calls a tool the model asked for: `call(tool, arguments)`, what the model
+# is handed of it. A `Driver` gives one for the server, inside the framework's connection to it.
+Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
+Driver = Callable[[ServerHandle], AbstractAsyncContextManager[Call]]
 
 
 def is_sse(server: ServerHandle) -> bool:
@@ -98,3 +107,49 @@ def one_call_span_with_its_post(server: ServerHandle, telemetry: Telemetry, scop
     assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children_of(spans, call)
     record = the_record(telemetry)
     assert (record[t.SENT], record[t.ATTEMPTS_STATUS]) == (1, (posted_status(server),))
+
+
+# -- the scenarios every framework runs, through its driver --
+
+
+async def a_429_repeated(server: ServerHandle, telemetry: Telemetry, instrument: Any, driver: Driver) -> None:
+    """A search refused with a 429 and repeated by the app's permission: the model is handed its
+    result, and it ran once."""
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    server.faults.add("search", Throttle())
+    async with driver(server) as call:
+        assert await call(*SEARCH) == SEARCH_RESULT
+    search_repeated_after_its_429(server, telemetry)
+
+
+async def a_cut_called_again(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, driver: Driver
+) -> tuple[Any, Any]:
+    """A changing email cut after it ran, which the model calls again, then a search on the same
+    connection: what the model was handed of the email, twice (the plugin's word that it may have
+    run, then the refusal of its repeat, unsent)."""
+    instrument(servers=declared(server, {"send_email": {"changes": True}}))
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
+    async with driver(server) as call:
+        first = await call(*EMAIL)
+        repeat = await call(*EMAIL)
+        assert await call(*SEARCH) == SEARCH_RESULT
+    told_then_refused(server, telemetry)
+    return first, repeat
+
+
+def handed_in_words(first: str, repeat: str, framework_words: str) -> None:
+    """The two texts a model was handed of a_cut_called_again's email, each in the framework's words
+    around the plugin's: it may have run, then its repeat was not sent."""
+    assert first.startswith(framework_words) and MAY_HAVE_RUN in first.lower(), first
+    assert repeat.startswith(framework_words) and NOT_SENT in repeat, repeat
+
+
+async def a_clean_call(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any, driver: Driver, scope: str
+) -> None:
+    """A clean search: one MCP client span of `scope`'s, its POST under it (one_call_span_with_its_post)."""
+    instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
+    async with driver(server) as call:
+        assert await call(*SEARCH) == SEARCH_RESULT
+    one_call_span_with_its_post(server, telemetry, scope)
