@@ -6,8 +6,9 @@ runs one the model asked for (`BaseTool.run`, no LLM), against the real fault se
   over SSE. CrewAI opens a session of its own for every run, and repeats a failed call itself: up
   to 3 attempts, 1 s then 2 s apart, whatever failed (`MCPClient._retry_operation`). A changing
   tool cut after it ran is the case the plugin exists for: crewai's own repeats of it are refused
-  before they are sent, and it ran once. (Over streamable HTTP crewai 1.15's native tools fail
-  every run as they disconnect, "no running event loop", with or without the plugin: not tested.)
+  before they are sent, and it ran once. (Over streamable HTTP, against the mcp 1.30 SDK's own
+  server, crewai 1.15's native tools fail every run as they disconnect, "no running event loop",
+  with or without the plugin: not tested.)
 
 crewai 1.15 pins mcp < 2 and brings much (chromadb, lancedb, onnxruntime): it runs in an environment
 of its own (.venv-fw-crewai, scripts/test-lines); elsewhere this file is skipped. Its telemetry
