@@ -1,7 +1,7 @@
 """The law under CrewAI, both ways a crew gets an MCP server's tools, each tool run as its agent
 runs one the model asked for (`BaseTool.run`, no LLM), against the real fault server on 127.0.0.1:
-- crewai-tools' `MCPServerAdapter` (through mcpadapt), over streamable HTTP and the legacy SSE
-  transport: the plugin's errors reach the agent as themselves;
+- crewai-tools' `MCPServerAdapter` (through mcpadapt), over streamable HTTP: the plugin's errors
+  reach the agent as themselves;
 - the native MCP tools an `Agent` gets from its `mcps` (resolved by crewai's `MCPToolResolver`),
   over SSE. CrewAI opens a session of its own for every run, and repeats a failed call itself: up
   to 3 attempts, 1 s then 2 s apart, whatever failed (`MCPClient._retry_operation`). A changing
@@ -11,10 +11,10 @@ runs one the model asked for (`BaseTool.run`, no LLM), against the real fault se
   with or without the plugin: not tested.)
 
 crewai 1.15 pins mcp < 2 and brings much (chromadb, lancedb, onnxruntime): it runs in an environment
-of its own (.venv-fw-crewai, scripts/test-lines); elsewhere this file is skipped. Its telemetry
-(spans exported to crewai's collector) is off here, as its documentation says to turn it off:
-nothing leaves 127.0.0.1. Ground truth is the server's count of executions per tool; the plugin's
-records say the rest.
+of its own with semantic-kernel (.venv-fw-mcp1, scripts/test-lines); elsewhere this file is
+skipped. Its telemetry (spans exported to crewai's collector) is off here, as its documentation
+says to turn it off: nothing leaves 127.0.0.1. Ground truth is the server's count of executions
+per tool; the plugin's records say the rest.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ import os
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_DISABLE_TRACKING"] = "true"
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-pytest.importorskip("crewai", reason="crewai runs in its own environment (.venv-fw-crewai)")
+pytest.importorskip("crewai", reason="crewai runs in its own environment (.venv-fw-mcp1)")
 
 from crewai.mcp import MCPServerSSE
 from crewai.mcp.tool_resolver import MCPToolResolver
@@ -54,7 +54,7 @@ from tests.support.scenarios import (
 from tests.support.telemetry import Telemetry, records
 
 from harness.faults import DropAfterExecution
-from harness.server import ServerHandle, running_server
+from harness.server import ServerHandle
 from otel_mcp_replay import RepeatRefusedError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
@@ -63,16 +63,8 @@ pytestmark = pytest.mark.anyio
 CREWAI_ATTEMPTS = 3  # crewai's MCP_MAX_RETRIES: each native tool run tries this many times
 
 
-@pytest.fixture(params=["streamable", "sse"])
-def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
-    with running_server(request.param) as handle:
-        yield handle
-
-
-@pytest.fixture
-def sse_server() -> Iterator[ServerHandle]:
-    with running_server("sse") as handle:
-        yield handle
+# The native tools' tests run on the SSE transport (tests/conftest.py's `server`, made so here).
+ON_SSE = pytest.mark.parametrize("server", ["sse"], indirect=True)
 
 
 def _running(tools: dict[str, Any]) -> Call:
@@ -151,18 +143,19 @@ async def test_a_clean_call_is_one_call_span_with_its_post_under_it(
 # -- an Agent's native MCP tools (its `mcps`) --
 
 
+@ON_SSE
 async def test_a_native_tool_s_429_is_repeated_by_the_apps_permission(
-    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
-    await a_429_repeated(sse_server, telemetry, instrument, crewai_native)
+    await a_429_repeated(server, telemetry, instrument, crewai_native)
 
 
+@ON_SSE
 async def test_crewais_own_repeats_of_a_call_that_may_have_run_are_refused_unsent(
-    sse_server: ServerHandle, telemetry: Telemetry, instrument: Any
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """The changing email is cut after it ran; crewai tries it twice more, each refused before it is
     sent: it ran once, and the agent is told it may have run."""
-    server = sse_server
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     async with crewai_native(server) as call:

@@ -1,7 +1,8 @@
 """The law under mcp-use: its `MCPClient` (streamable HTTP first, the legacy SSE transport when that
 fails) and the LangChain tools its `MCPAgent` hands the model (`LangChainAdapter`), each invoked as
-the agent invokes one (no LLM), against the real fault server on 127.0.0.1 over streamable HTTP and
-the legacy SSE transport, with `instrument()` called after mcp-use was imported.
+the agent invokes one (no LLM), against the real fault server on 127.0.0.1 over streamable HTTP (and
+the legacy SSE transport, which mcp-use reaches by falling back), with `instrument()` called after
+mcp-use was imported.
 
 mcp-use's tool hands the model any error of a call as a dict, `{"error": <its type's name>,
 "details": <its message>, ...}`: the plugin's error reaches the model by name, with its message.
@@ -19,7 +20,7 @@ import os
 
 os.environ["MCP_USE_ANONYMIZED_TELEMETRY"] = "false"  # read once, as mcp-use is imported
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,16 +39,10 @@ from tests.support.scenarios import (
 )
 from tests.support.telemetry import Telemetry
 
-from harness.server import ServerHandle, running_server
+from harness.server import ServerHandle
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["streamable", "sse"])
-def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
-    with running_server(request.param) as handle:
-        yield handle
 
 
 @asynccontextmanager
@@ -67,6 +62,8 @@ async def mcp_use(server: ServerHandle) -> AsyncIterator[Call]:
         await client.close_all_sessions()
 
 
+# On SSE too: mcp-use tries streamable HTTP first and falls back (its connect takes about 5 s there).
+@pytest.mark.parametrize("server", ["streamable", "sse"], indirect=True)
 async def test_a_429_is_repeated_by_the_apps_permission(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:

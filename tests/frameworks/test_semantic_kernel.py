@@ -10,22 +10,22 @@ by the repeat guard before anything is sent. Its own span of each function (`exe
 plugin's call span.
 
 semantic-kernel 1.45 pins mcp < 2 and, beside the mcp 1.x line's other frameworks, older pydantic
-and cryptography: it runs in an environment of its own (.venv-fw-sk, scripts/test-lines); elsewhere
-this file is skipped. Ground truth is the server's count of executions per tool; the plugin's record
-says the rest.
+and cryptography: it runs in an environment of its own with crewai (.venv-fw-mcp1,
+scripts/test-lines); elsewhere this file is skipped. Ground truth is the server's count of
+executions per tool; the plugin's record says the rest.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-pytest.importorskip("semantic_kernel", reason="semantic-kernel runs in its own environment (.venv-fw-sk)")
+pytest.importorskip("semantic_kernel", reason="semantic-kernel runs in its own environment (.venv-fw-mcp1)")
 
 from semantic_kernel import Kernel
 from semantic_kernel.connectors.mcp import MCPSsePlugin, MCPStreamableHttpPlugin
@@ -42,7 +42,7 @@ from tests.support.scenarios import (
 )
 from tests.support.telemetry import Telemetry
 
-from harness.server import ServerHandle, running_server
+from harness.server import ServerHandle
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
@@ -50,12 +50,7 @@ pytestmark = pytest.mark.anyio
 PLUGIN = "demo"  # the plugin's name in the kernel: its functions are "demo-<tool>"
 SK_FAILED = "An error occurred while invoking the function demo-{}: "  # SK's words around the error
 SK_SCOPE = "semantic_kernel.functions.kernel_function"  # the tracer of SK's own function spans
-
-
-@pytest.fixture(params=["streamable", "sse"])
-def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
-    with running_server(request.param) as handle:
-        yield handle
+SERVER_TRANSPORTS = ("streamable", "sse")  # each test on both (tests/conftest.py)
 
 
 @asynccontextmanager
