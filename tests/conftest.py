@@ -23,8 +23,8 @@ settings.load_profile("suite")
 
 # LangChain's adapters and mcp-use pin mcp < 2: their tests run in the mcp 1.30 environment
 # (scripts/test-lines).
-MCP_1X_ONLY = ["frameworks/test_langchain.py", "frameworks/test_mcp_use.py"]
-collect_ignore = list(MCP_1X_ONLY) if int(version("mcp").split(".")[0]) >= 2 else []
+MCP_2X = int(version("mcp").split(".")[0]) >= 2
+collect_ignore = ["frameworks/test_langchain.py", "frameworks/test_mcp_use.py"] if MCP_2X else []
 # Task-backed calls need fastmcp-tasks, which pins fastmcp to its own release: their test runs in the
 # tasks environment (scripts/test-lines), and is left out where fastmcp-tasks is not installed.
 if find_spec("fastmcp_tasks") is None:

@@ -41,7 +41,6 @@ from crewai.mcp.tool_resolver import MCPToolResolver
 from crewai_tools import MCPServerAdapter
 from tests.support.calls import declared
 from tests.support.scenarios import (
-    DEADLINE_S,
     EMAIL,
     MAY_HAVE_RUN,
     NOT_SENT,
@@ -49,6 +48,7 @@ from tests.support.scenarios import (
     a_429_repeated,
     a_clean_call,
     a_cut_called_again,
+    bounded,
     is_sse,
 )
 from tests.support.telemetry import Telemetry, records
@@ -74,11 +74,10 @@ def _running(tools: dict[str, Any]) -> Call:
 
     async def call(tool: str, arguments: dict[str, Any]) -> Any:
         run: Callable[[], Any] = functools.partial(tools[tool].run, **arguments)
-        with anyio.fail_after(DEADLINE_S):
-            try:
-                return await anyio.to_thread.run_sync(run)
-            except Exception as error:
-                return error
+        try:
+            return await anyio.to_thread.run_sync(run)
+        except Exception as error:
+            return error
 
     return call
 
@@ -159,7 +158,7 @@ async def test_crewais_own_repeats_of_a_call_that_may_have_run_are_refused_unsen
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     async with crewai_native(server) as call:
-        failed = await call(*EMAIL)
+        failed = await bounded(call, *EMAIL)
     assert server.counters.executions("send_email") == 1
     assert server.counters.tool_posts("send_email") == 1
     # crewai's RuntimeError around its last attempt's error: the refusal, saying it may have run.

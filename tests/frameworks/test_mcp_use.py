@@ -24,12 +24,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import pytest
 from mcp_use import MCPClient
 from mcp_use.agents.adapters import LangChainAdapter
 from tests.support.scenarios import (
-    DEADLINE_S,
     MAY_HAVE_RUN,
     NOT_SENT,
     Call,
@@ -54,8 +52,7 @@ async def mcp_use(server: ServerHandle) -> AsyncIterator[Call]:
         tools = {tool.name: tool for tool in await LangChainAdapter().create_tools(client)}
 
         async def call(tool: str, arguments: dict[str, Any]) -> Any:
-            with anyio.fail_after(DEADLINE_S):
-                return await tools[tool].ainvoke(arguments)
+            return await tools[tool].ainvoke(arguments)
 
         yield call
     finally:

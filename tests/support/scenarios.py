@@ -1,7 +1,7 @@
-"""What the framework tests share (test_adk.py, test_strands.py, test_agno.py, test_mcp_use.py):
-the calls they make, the server's transport (the declaration: calls.declared) and what each scenario
-comes to on the server and in the telemetry. It imports no framework: each of those files runs only
-where its framework is installed."""
+"""What the framework tests (tests/frameworks) share: the calls they make, the server's transport
+(the declaration: calls.declared), and the scenarios every framework runs through its driver, with
+what each comes to on the server and in the telemetry. It imports no framework: each of those files
+runs only where its framework is installed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from tests.support.calls import declared
@@ -78,38 +79,14 @@ def children_of(spans: list[ReadableSpan], parent: ReadableSpan) -> set[tuple[st
     return {(s.name, scope_of(s)) for s in spans if s.parent is not None and s.parent.span_id == span_id}
 
 
-def told_then_refused(server: ServerHandle, telemetry: Telemetry) -> None:
-    """A changing email cut after it ran, sent again by the model, then a search: the email ran once,
-    in one POST, its repeat refused unsent; the search ran and completed; the three records say so."""
-    assert server.counters.executions("send_email") == 1
-    assert server.counters.tool_posts("send_email") == 1
-    assert server.counters.executions("search") == 1
-    told, refused, searched = records(telemetry)
-    assert (told[t.MAY_HAVE_RUN], told[t.EFFECT], told[t.VERDICT]) == (True, "unknown", "failed")
-    assert (refused[t.VERDICT], refused[t.SENT], refused[t.EFFECT]) == ("failed", 0, "none")
-    assert searched[t.VERDICT] == "completed"
-
-
-def one_call_span_with_its_post(server: ServerHandle, telemetry: Telemetry, scope: str) -> None:
-    """One clean search: it ran once, and is one MCP client span of `scope`'s (the instrumentation
-    that made it), completed, with its POST under it, its record one attempt. (The server runs in
-    this process: its own spans of the call, SERVER spans, are beside these.)"""
-    assert server.counters.executions("search") == 1
-    spans = telemetry.spans()
-    calls = [
-        s
-        for s in spans
-        if s.kind is SpanKind.CLIENT and (s.attributes or {}).get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD
-    ]
-    assert [(s.name, scope_of(s)) for s in calls] == [("tools/call search", scope)]
-    (call,) = calls
-    assert (call.attributes or {})[t.VERDICT] == "completed"
-    assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children_of(spans, call)
-    record = the_record(telemetry)
-    assert (record[t.SENT], record[t.ATTEMPTS_STATUS]) == (1, (posted_status(server),))
-
-
 # -- the scenarios every framework runs, through its driver --
+
+
+async def bounded(call: Call, tool: str, arguments: dict[str, Any]) -> Any:
+    """`call(tool, arguments)` within DEADLINE_S, a hang guard only. Around the one call, never the
+    framework's connection: some (mcp-use) enter a cancel scope in one task and leave it in another."""
+    with anyio.fail_after(DEADLINE_S):
+        return await call(tool, arguments)
 
 
 async def a_429_repeated(server: ServerHandle, telemetry: Telemetry, instrument: Any, driver: Driver) -> None:
@@ -118,7 +95,7 @@ async def a_429_repeated(server: ServerHandle, telemetry: Telemetry, instrument:
     instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     server.faults.add("search", Throttle())
     async with driver(server) as call:
-        assert await call(*SEARCH) == SEARCH_RESULT
+        assert await bounded(call, *SEARCH) == SEARCH_RESULT
     search_repeated_after_its_429(server, telemetry)
 
 
@@ -127,14 +104,21 @@ async def a_cut_called_again(
 ) -> tuple[Any, Any]:
     """A changing email cut after it ran, which the model calls again, then a search on the same
     connection: what the model was handed of the email, twice (the plugin's word that it may have
-    run, then the refusal of its repeat, unsent)."""
+    run, then the refusal of its repeat, unsent). The email ran once, in one POST; the three records
+    say so."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     async with driver(server) as call:
-        first = await call(*EMAIL)
-        repeat = await call(*EMAIL)
-        assert await call(*SEARCH) == SEARCH_RESULT
-    told_then_refused(server, telemetry)
+        first = await bounded(call, *EMAIL)
+        repeat = await bounded(call, *EMAIL)
+        assert await bounded(call, *SEARCH) == SEARCH_RESULT
+    assert server.counters.executions("send_email") == 1
+    assert server.counters.tool_posts("send_email") == 1
+    assert server.counters.executions("search") == 1
+    told, refused, searched = records(telemetry)
+    assert (told[t.MAY_HAVE_RUN], told[t.EFFECT], told[t.VERDICT]) == (True, "unknown", "failed")
+    assert (refused[t.VERDICT], refused[t.SENT], refused[t.EFFECT]) == ("failed", 0, "none")
+    assert searched[t.VERDICT] == "completed"
     return first, repeat
 
 
@@ -148,8 +132,22 @@ def handed_in_words(first: str, repeat: str, framework_words: str) -> None:
 async def a_clean_call(
     server: ServerHandle, telemetry: Telemetry, instrument: Any, driver: Driver, scope: str
 ) -> None:
-    """A clean search: one MCP client span of `scope`'s, its POST under it (one_call_span_with_its_post)."""
+    """A clean search: it ran once, and is one MCP client span of `scope`'s (the instrumentation that
+    made it), completed, with its POST under it, its record one attempt. (The server runs in this
+    process: its own spans of the call, SERVER spans, are beside these.)"""
     instrument(servers=declared(server, {"search": {"on": ["throttle"]}}))
     async with driver(server) as call:
-        assert await call(*SEARCH) == SEARCH_RESULT
-    one_call_span_with_its_post(server, telemetry, scope)
+        assert await bounded(call, *SEARCH) == SEARCH_RESULT
+    assert server.counters.executions("search") == 1
+    spans = telemetry.spans()
+    calls = [
+        s
+        for s in spans
+        if s.kind is SpanKind.CLIENT and (s.attributes or {}).get(t.MCP_METHOD_NAME) == t.TOOLS_CALL_METHOD
+    ]
+    assert [(s.name, scope_of(s)) for s in calls] == [("tools/call search", scope)]
+    (call_span,) = calls
+    assert (call_span.attributes or {})[t.VERDICT] == "completed"
+    assert (t.ATTEMPT_SPAN_NAME, t.INSTRUMENTATION_NAME) in children_of(spans, call_span)
+    record = the_record(telemetry)
+    assert (record[t.SENT], record[t.ATTEMPTS_STATUS]) == (1, (posted_status(server),))
