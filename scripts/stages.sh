@@ -71,7 +71,7 @@ skip() {
   _stage_record skip 0 "$1 ($2)"
 }
 
-# Two chains of stages on two cores take the time of the longer, not of both. Each chain keeps a log
+# Chains of stages run at once take about the time of the longest, not of all. Each chain keeps a log
 # of its own, since stage() reads a nested script's stages off the log's growth, which a chain beside
 # it would also grow; the logs join the run's when all have ended.
 side_by_side() {

@@ -16,7 +16,7 @@ from tests.support.telemetry import Telemetry
 from harness.client import ERAS
 
 # No test asserts on a clock, hypothesis' included: its defaults fail an example slower than 200 ms,
-# and a search whose examples come slowly, which a busy machine (two chains of suites on two cores)
+# and a search whose examples come slowly, which a busy machine (three chains of suites on two cores)
 # turns into failures of their own. What the examples find decides, however long they take.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
