@@ -9,6 +9,7 @@ from the `MCP_REPLAY_*` environment variables the config reads (collector-config
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -17,10 +18,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeVar
 
 from harness.ports import free_port
 from harness.receiver import EventDict, SpanDict
@@ -34,8 +35,17 @@ JAEGER_CONFIG: Final = CC / "jaeger-local.yaml"
 BUILD_SCRIPT: Final = REPO / "scripts" / "otel-binaries"
 HOST: Final = "127.0.0.1"
 START_TIMEOUT_S: Final = 90.0  # a cold start on a busy 2-core machine; a guard, never a verdict
+# What Go's net package says when a port it binds is held, and how many starts on fresh ports a
+# process gets before that is its failure.
+_PORT_TAKEN: Final = "bind: address already in use"
+PORT_TRIES: Final = 3
 _KINDS: Final = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _STATUS: Final = ("UNSET", "OK", "ERROR")
+T = TypeVar("T")
+
+
+class PortTaken(RuntimeError):
+    """The process exited at start because a port it was told was taken meanwhile (`_on_free_ports`)."""
 
 
 class BinariesMissing(RuntimeError):
@@ -98,7 +108,11 @@ class Process:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.log_text()}")
+                log = self.log_text()
+                taken = _PORT_TAKEN in log
+                raise (PortTaken if taken else RuntimeError)(
+                    f"{self.name} exited with {self.popen.returncode}:\n{log}"
+                )
             if _healthy(self.health_url):
                 return
             time.sleep(0.2)
@@ -152,6 +166,24 @@ def _running(
         out.close()
 
 
+@contextlib.contextmanager
+def _on_free_ports(start: Callable[[], contextlib.AbstractContextManager[T]]) -> Iterator[T]:
+    """`start()`, which names its ports with `free_port` and runs a process on them, once more on
+    fresh ports when the process found one taken (PortTaken): a port is named free before its process
+    binds it, and any other process of the run may bind it meanwhile (harness/ports.py). At most
+    PORT_TRIES starts; any other failure is the start's own."""
+    for left in reversed(range(PORT_TRIES)):
+        with contextlib.ExitStack() as stack:
+            try:
+                started = stack.enter_context(start())
+            except PortTaken:
+                if not left:
+                    raise
+                continue
+            yield started
+            return
+
+
 @dataclass
 class Jaeger:
     process: Process
@@ -193,6 +225,13 @@ class Jaeger:
 
 @contextlib.contextmanager
 def running_jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
+    """Jaeger v2 (jaeger-local.yaml), its OTLP receiver and query API on free 127.0.0.1 ports."""
+    with _on_free_ports(functools.partial(_jaeger, binary, work_dir)) as jaeger:
+        yield jaeger
+
+
+@contextlib.contextmanager
+def _jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
     otlp, http, grpc, health = (free_port() for _ in range(4))
     env = {
         "MCP_REPLAY_JAEGER_OTLP_GRPC": f"{HOST}:{otlp}",
@@ -226,6 +265,12 @@ exporters:
 @contextlib.contextmanager
 def running_log_relay(jaeger_binary: Path, work_dir: Path, logs_url: str) -> Iterator[str]:
     """OTLP gRPC in on a free 127.0.0.1 port (yielded, host:port), each log record out to `logs_url`."""
+    with _on_free_ports(functools.partial(_log_relay, jaeger_binary, work_dir, logs_url)) as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def _log_relay(jaeger_binary: Path, work_dir: Path, logs_url: str) -> Iterator[str]:
     grpc, health = free_port(), free_port()
     config = work_dir / f"log-relay-{grpc}.yaml"
     config.write_text(
@@ -283,6 +328,15 @@ def running_collector(
     `overlays` are further `--config` files the Collector merges over the shipped one, as a user
     changes a setting no variable reaches (the loadbalancing exporter's resolver).
     """
+    start = functools.partial(_collector, binary, config, work_dir, env, overlays)
+    with _on_free_ports(start) as collector:
+        yield collector
+
+
+@contextlib.contextmanager
+def _collector(
+    binary: Path, config: Path, work_dir: Path, env: Mapping[str, str] | None, overlays: Sequence[Path]
+) -> Iterator[Collector]:
     grpc, http, health, metrics = (free_port() for _ in range(4))
     settings = {
         "MCP_REPLAY_OTLP_GRPC_ENDPOINT": f"{HOST}:{grpc}",

@@ -4,9 +4,11 @@ Sentinels, the Collector, Jaeger, nginx, an app's demo server).
 The rule: a port named before its server binds it comes from below the kernel's ephemeral range
 (ip_local_port_range), the range every `bind((host, 0))` and every outgoing connection draws from.
 A port drawn there and let go could be taken, before its server binds it, by any server of the run
-that binds port 0 (the demo servers, the other SDKs' servers: most of them, in two suites side by
-side); below it, only another caller of `free_port` could, picking at random among thousands.
-A port is free when a bind to it succeeds (a bound, listening or lingering socket fails it).
+that binds port 0 (the demo servers, the other SDKs' servers: most of them, in three suites side
+by side); below it, only another caller of `free_port` could, picking at random among thousands.
+A port is free when a bind to it succeeds (a bound, listening or lingering socket fails it). It is
+not held: a server that finds it taken all the same is started again on fresh ports
+(harness/otel_stack.py).
 """
 
 from __future__ import annotations

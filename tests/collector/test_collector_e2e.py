@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -191,6 +192,57 @@ def test_every_shipped_config_starts_and_reports_healthy(
         assert "otelcol_process_uptime" in collector.metrics()  # its own telemetry, where it was moved
         text = collector.process.log_text(400)
     assert "Everything is ready" in text, text
+
+
+@contextlib.contextmanager
+def _held_port() -> Iterator[int]:
+    """A free port, then held: a socket listens on it, as another process of the run would."""
+    with socket.socket() as holder:
+        holder.bind((o.HOST, free_port()))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def _first_ports(monkeypatch: pytest.MonkeyPatch, taken: int, starts: int) -> list[int]:
+    """The harness names `taken` as the first port of each of its next `starts` starts (a Collector
+    names four); the ports it named are listed."""
+    named: list[int] = []
+
+    def port() -> int:
+        named.append(taken if len(named) % 4 == 0 and len(named) < 4 * starts else free_port())
+        return named[-1]
+
+    monkeypatch.setattr(o, "free_port", port)
+    return named
+
+
+def test_a_port_taken_before_the_collector_binds_it_is_named_again(
+    bins: o.Binaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port is named free before the Collector binds it; another process of the run (three
+    chains of suites at once) may bind it meanwhile: the Collector exits at start, and starts again
+    on fresh ports, whose every one it binds."""
+    with _held_port() as taken:
+        named = _first_ports(monkeypatch, taken, starts=1)
+        with o.running_collector(bins.otelcol, o.SINGLE, tmp_path) as collector:
+            assert collector.process.healthy()
+            assert collector.otlp_grpc == f"{o.HOST}:{named[4]}"  # the second start's first port
+        first = (tmp_path / f"otelcol-{taken}.log").read_text()
+    assert f"{o.HOST}:{taken}: bind: address already in use" in first, first
+    assert len(named) == 8
+
+
+def test_a_port_taken_at_every_start_fails_after_the_bounded_tries(
+    bins: o.Binaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _held_port() as taken:
+        named = _first_ports(monkeypatch, taken, starts=o.PORT_TRIES)
+        with (
+            pytest.raises(o.PortTaken, match="address already in use"),
+            o.running_collector(bins.otelcol, o.SINGLE, tmp_path),
+        ):
+            pytest.fail("started on a taken port")
+    assert len(named) == 4 * o.PORT_TRIES  # each start named its four, and no fourth start came
 
 
 def test_the_binaries_are_the_pinned_releases(bins: o.Binaries) -> None:
