@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, TypeVar
+from typing import IO, Any, Final, ParamSpec, TypeVar
 
 from harness.ports import free_port
 from harness.receiver import EventDict, SpanDict
@@ -42,6 +42,7 @@ PORT_TRIES: Final = 3
 _KINDS: Final = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _STATUS: Final = ("UNSET", "OK", "ERROR")
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class PortTaken(RuntimeError):
@@ -166,22 +167,29 @@ def _running(
         out.close()
 
 
-@contextlib.contextmanager
-def _on_free_ports(start: Callable[[], contextlib.AbstractContextManager[T]]) -> Iterator[T]:
-    """`start()`, which names its ports with `free_port` and runs a process on them, once more on
+def _on_free_ports(
+    start: Callable[P, contextlib.AbstractContextManager[T]],
+) -> Callable[P, contextlib.AbstractContextManager[T]]:
+    """`start`, which names its ports with `free_port` and runs a process on them, run once more on
     fresh ports when the process found one taken (PortTaken): a port is named free before its process
     binds it, and any other process of the run may bind it meanwhile (harness/ports.py). At most
     PORT_TRIES starts; any other failure is the start's own."""
-    for left in reversed(range(PORT_TRIES)):
-        with contextlib.ExitStack() as stack:
-            try:
-                started = stack.enter_context(start())
-            except PortTaken:
-                if not left:
-                    raise
-                continue
-            yield started
-            return
+
+    @functools.wraps(start)
+    @contextlib.contextmanager
+    def started(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        for left in reversed(range(PORT_TRIES)):
+            with contextlib.ExitStack() as stack:
+                try:
+                    process = stack.enter_context(start(*args, **kwargs))
+                except PortTaken:
+                    if not left:
+                        raise
+                    continue
+                yield process
+                return
+
+    return started
 
 
 @dataclass
@@ -223,15 +231,10 @@ class Jaeger:
         return otlp_json_spans(json.loads(body)["result"])
 
 
+@_on_free_ports
 @contextlib.contextmanager
 def running_jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
     """Jaeger v2 (jaeger-local.yaml), its OTLP receiver and query API on free 127.0.0.1 ports."""
-    with _on_free_ports(functools.partial(_jaeger, binary, work_dir)) as jaeger:
-        yield jaeger
-
-
-@contextlib.contextmanager
-def _jaeger(binary: Path, work_dir: Path) -> Iterator[Jaeger]:
     otlp, http, grpc, health = (free_port() for _ in range(4))
     env = {
         "MCP_REPLAY_JAEGER_OTLP_GRPC": f"{HOST}:{otlp}",
@@ -262,15 +265,10 @@ exporters:
 """
 
 
+@_on_free_ports
 @contextlib.contextmanager
 def running_log_relay(jaeger_binary: Path, work_dir: Path, logs_url: str) -> Iterator[str]:
     """OTLP gRPC in on a free 127.0.0.1 port (yielded, host:port), each log record out to `logs_url`."""
-    with _on_free_ports(functools.partial(_log_relay, jaeger_binary, work_dir, logs_url)) as endpoint:
-        yield endpoint
-
-
-@contextlib.contextmanager
-def _log_relay(jaeger_binary: Path, work_dir: Path, logs_url: str) -> Iterator[str]:
     grpc, health = free_port(), free_port()
     config = work_dir / f"log-relay-{grpc}.yaml"
     config.write_text(
@@ -314,6 +312,7 @@ class Collector:
         return total
 
 
+@_on_free_ports
 @contextlib.contextmanager
 def running_collector(
     binary: Path,
@@ -328,15 +327,6 @@ def running_collector(
     `overlays` are further `--config` files the Collector merges over the shipped one, as a user
     changes a setting no variable reaches (the loadbalancing exporter's resolver).
     """
-    start = functools.partial(_collector, binary, config, work_dir, env, overlays)
-    with _on_free_ports(start) as collector:
-        yield collector
-
-
-@contextlib.contextmanager
-def _collector(
-    binary: Path, config: Path, work_dir: Path, env: Mapping[str, str] | None, overlays: Sequence[Path]
-) -> Iterator[Collector]:
     grpc, http, health, metrics = (free_port() for _ in range(4))
     settings = {
         "MCP_REPLAY_OTLP_GRPC_ENDPOINT": f"{HOST}:{grpc}",
