@@ -48,11 +48,13 @@ Four eras of the same call (`ERAS`), each on mcp 2.x's `Client`, each call refus
   environment, scripts/test-lines).
 
 Run: `python -m benchmarks.path [json|stream|sse|task]` (prints the call path, then the figures as
-JSON).
+JSON). A merge weighed before it is made: `--as-one MODULE=INTO` (repeatable) adds `as_one`, the call
+path and its hops were MODULE's functions INTO's (`as_one`: the same calls, in the same order).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import inspect
 import json
@@ -99,6 +101,16 @@ TASK_WAIT_S = 10.0
 def _append_collapsed(sequence: list[str], module: str) -> None:
     if not sequence or sequence[-1] != module:
         sequence.append(module)
+
+
+def as_one(call_path: list[str], merged: dict[str, str]) -> list[str]:
+    """`call_path` were each module named in `merged` part of the one it maps to: the same calls in
+    the same order, consecutive repeats collapsed again (a merge takes a hop only where the two
+    modules are entered one after the other)."""
+    sequence: list[str] = []
+    for module in call_path:
+        _append_collapsed(sequence, merged.get(module, module))
+    return sequence
 
 
 @dataclass
@@ -417,13 +429,26 @@ def _kept(messages: list[Message]) -> Send:
 
 
 def main(argv: list[str]) -> int:
-    era = argv[0] if argv else "json"
-    if era not in ERAS:
-        print(f"usage: python -m benchmarks.path [{'|'.join(ERAS)}]", file=sys.stderr)
-        return 2
-    path = anyio.run(measure, era)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.path")
+    parser.add_argument("era", nargs="?", default="json", choices=list(ERAS))
+    parser.add_argument(
+        "--as-one",
+        action="append",
+        default=[],
+        metavar="MODULE=INTO",
+        help="also count the path were MODULE part of INTO (e.g. evidence=patches.wire)",
+    )
+    args = parser.parse_args(argv)
+    merged = dict(pair.partition("=")[::2] for pair in args.as_one)
+    if any(not module or not into for module, into in merged.items()):
+        parser.error("--as-one takes MODULE=INTO")
+    path = anyio.run(measure, args.era)
     print(" -> ".join(path.call_path))
-    print(json.dumps(path.figures(), indent=2))
+    figures = path.figures()
+    if merged:
+        joined = as_one(path.call_path, merged)
+        figures["as_one"] = {"merged": merged, "hops": max(0, len(joined) - 1), "call_path": joined}
+    print(json.dumps(figures, indent=2))
     return 0
 
 

@@ -21,7 +21,7 @@ from importlib.util import find_spec
 from typing import Any
 
 import pytest
-from benchmarks.path import ATTEMPT_OPENER, ERAS
+from benchmarks.path import ATTEMPT_OPENER, ERAS, as_one
 from tests.support.bench import ROOT, run_benchmark
 
 LOOP = "patches.series"  # the module whose loop opens a tool call's attempts
@@ -30,7 +30,9 @@ WIRE = "patches.wire"  # the module that tells what an attempt's exchange sent a
 
 # The eras that do not meet a goal yet, with what the measure finds: a task-backed call is three
 # exchanges (the 429, the creating request's 200, the poll), each entering the attempt, the wire,
-# the evidence and the HTTP conventions, and its task's creation and its poll its own seams.
+# the evidence and the HTTP conventions, and its task's creation and its poll its own seams. Merging
+# modules does not reach the goal: were the evidence the wire's, the HTTP conventions the attempt's,
+# the policy the law's and the task ids tasks.py's (`--as-one`), it would still be 38.
 MORE_HOPS = {"task": "42 hops: three exchanges, each through attempt, wire, evidence, conventions"}
 
 
@@ -126,3 +128,19 @@ def test_a_printed_path_is_read() -> None:
     assert printed_path(f"x\n{MARK}\n`a -> b`\n\nmore") == "a -> b"
     stream = MARKS["stream"]
     assert printed_path(f"{MARK}\n`a -> b`\n{stream}\n`c -> d`", stream) == "c -> d"
+
+
+def test_modules_weighed_as_one_collapse_only_where_entered_one_after_the_other() -> None:
+    # `--as-one`: a merge weighed before it is made. Two modules entered one after the other lose the
+    # hop between them; merged modules apart lose none; a module not named stays as it is.
+    path = ["series", "attempt", "wire", "evidence", "conventions", "attempt", "evidence", "series"]
+    assert as_one(path, {"evidence": "wire"}) == [
+        "series", "attempt", "wire", "conventions", "attempt", "wire", "series",
+    ]  # fmt: skip
+    assert as_one(path, {"evidence": "series"}) == [
+        "series", "attempt", "wire", "series", "conventions", "attempt", "series",
+    ]  # fmt: skip
+    assert as_one(path, {"conventions": "attempt", "evidence": "wire"}) == [
+        "series", "attempt", "wire", "attempt", "wire", "series",
+    ]  # fmt: skip
+    assert as_one(path, {}) == path
