@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, ParamSpec, TypeVar
 
-from harness.ports import free_port
+from harness.ports import PORT_TRIES, PortTaken, free_port
 from harness.receiver import EventDict, SpanDict
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -35,18 +35,12 @@ JAEGER_CONFIG: Final = CC / "jaeger-local.yaml"
 BUILD_SCRIPT: Final = REPO / "scripts" / "otel-binaries"
 HOST: Final = "127.0.0.1"
 START_TIMEOUT_S: Final = 90.0  # a cold start on a busy 2-core machine; a guard, never a verdict
-# What Go's net package says when a port it binds is held, and how many starts on fresh ports a
-# process gets before that is its failure.
+# What Go's net package says when a port it binds is held.
 _PORT_TAKEN: Final = "bind: address already in use"
-PORT_TRIES: Final = 3
 _KINDS: Final = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _STATUS: Final = ("UNSET", "OK", "ERROR")
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-class PortTaken(RuntimeError):
-    """The process exited at start because a port it was told was taken meanwhile (`_on_free_ports`)."""
 
 
 class BinariesMissing(RuntimeError):

@@ -7,22 +7,42 @@ A port drawn there and let go could be taken, before its server binds it, by any
 that binds port 0 (the demo servers, the other SDKs' servers: most of them, in three suites side
 by side); below it, only another caller of `free_port` could, picking at random among thousands.
 A port is free when a bind to it succeeds (a bound, listening or lingering socket fails it). It is
-not held: a server that finds it taken all the same is started again on fresh ports
-(harness/otel_stack.py).
+not held: a server that finds it taken all the same at its first start (`PortTaken`) is started
+again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
+harness/redis_server.py and harness/redis_deployments.py).
 """
 
 from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 HOST: Final = "127.0.0.1"
 LOWEST: Final = 10_000  # below it: the ports services are known by
 TRIES: Final = 200  # a bound on the probes (nearly all pass at the first)
 _RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _pick = random.Random()  # seeded from the OS: each process draws its own sequence
+# The starts a server gets, each on ports named afresh, before a port taken is its failure.
+PORT_TRIES: Final = 3
+T = TypeVar("T")
+
+
+class PortTaken(RuntimeError):
+    """A server could not bind a port it was named: another process of the run took it meanwhile."""
+
+
+def started_on_free_ports(start: Callable[[], T], name_ports: Callable[[], None]) -> T:
+    """`start()`, begun again after `name_ports()` named its ports afresh each time it raised
+    PortTaken: at most PORT_TRIES starts; any other failure is the start's own."""
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return start()
+        except PortTaken:
+            name_ports()
+    return start()
 
 
 def free_port() -> int:

@@ -5,7 +5,9 @@ The rule: the tests start every process they use, on free loopback ports, and st
 flags; `Cluster` is six of them made a 3-master cluster with a replica each by `redis-cli --cluster
 create`; `Sentinels` is a master, its replica and three `redis-sentinel`s watching them; `Tls` is a
 CA and a server certificate for 127.0.0.1 made with openssl. Readiness and every wait is a bounded
-poll of what the servers say, never a sleep of a guessed length.
+poll of what the servers say, never a sleep of a guessed length; a server (a node, a Sentinel) whose
+port was taken before it bound it starts again on fresh ports, and the server that answers is asked
+its process id, so a test never talks to another's (harness/ports.py).
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from harness.ports import free_port
+from harness.ports import PortTaken, free_port, started_on_free_ports
 
 HOST = "127.0.0.1"
 _WAIT_S = 30.0  # a hang guard only
+# A readiness poll's client: one try, a second at most. A port taken before its server bound it may
+# be held by a process that never answers (a paused server, another suite's socket): asking it must
+# not outlast the exit of the server that found it taken.
+_AT_ONCE: dict[str, Any] = {"socket_timeout": 1, "socket_connect_timeout": 1, "retry": Retry(NoBackoff(), 0)}
 SERVICE = "guard-master"
 
 
@@ -89,15 +97,30 @@ class Tls:
 
 
 class Node:
-    """One server process on a free loopback port (TLS only, when given `tls`)."""
+    """One server process on a free loopback port (TLS only, when given `tls`); a cluster's node
+    (`cluster_bus`) on a free bus port too; a replica of `replica_of`, at the port it runs on."""
 
-    def __init__(self, binary: str, folder: Path, *flags: str, tls: Tls | None = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        folder: Path,
+        *flags: str,
+        tls: Tls | None = None,
+        cluster_bus: bool = False,
+        replica_of: Node | None = None,
+    ) -> None:
         self.binary = binary
         self.folder = folder
         self.flags = list(flags)
         self.tls = tls
-        self.port = free_port()
+        self.cluster_bus = cluster_bus
+        self.replica_of = replica_of
         self.process: subprocess.Popen[bytes] | None = None
+        self._name_ports()
+
+    def _name_ports(self) -> None:
+        self.port = free_port()
+        self.bus_port = free_port() if self.cluster_bus else None
 
     def argv(self) -> list[str]:
         ports = ["--port", str(self.port)]
@@ -105,6 +128,10 @@ class Node:
             ports = ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
             ports += ["--tls-cert-file", str(self.tls.certificate), "--tls-key-file", str(self.tls.key)]
             ports += ["--tls-ca-cert-file", str(self.tls.ca)]
+        if self.bus_port is not None:
+            ports += ["--cluster-port", str(self.bus_port)]
+        if self.replica_of is not None:
+            ports += ["--replicaof", HOST, str(self.replica_of.port)]
         return [
             self.binary,
             *ports,
@@ -125,22 +152,33 @@ class Node:
         return f"rediss://{HOST}:{self.port}/0?ssl_ca_certs={self.tls.ca}"
 
     def start(self) -> Node:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        log = (self.folder / f"{self.port}.log").open("ab")
-        self.process = subprocess.Popen([*self.argv(), *self.flags], stdout=log, stderr=log)
-        log.close()
-        wait_until(self._answers, f"{Path(self.binary).name} on {self.port}")
+        """Running, and answering on its port: on fresh ports when one named was taken meanwhile."""
+        started_on_free_ports(self._start_on_its_ports, self._name_ports)
         return self
 
-    def _answers(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"{self.binary} exited with {self.process.returncode}")
-        return bool(self.client().ping())
+    def _start_on_its_ports(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log_path = self.folder / f"{self.port}.log"
+        with log_path.open("ab") as log:
+            self.process = process = subprocess.Popen([*self.argv(), *self.flags], stdout=log, stderr=log)
+        wait_until(functools.partial(self._answers, log_path), f"{Path(self.binary).name} on {self.port}")
+        # A port taken before it bound it may be answered by another server: ours is the one asked.
+        if _process_id(self.client()) != process.pid:
+            self.stop()
+            raise PortTaken(f"port {self.port} is another process's")
+
+    def _answers(self, log: Path) -> bool:
+        process = self.process
+        if process is not None and process.poll() is not None:
+            self.stop()
+        return process is not None and _exited_or(
+            process, log, functools.partial(_pings, self.client(**_AT_ONCE))
+        )
 
     def client(self, **options: Any) -> Any:
         """An admin client (the default user)."""
         tls: dict[str, Any] = {"ssl": True, "ssl_ca_certs": str(self.tls.ca)} if self.tls else {}
-        return redis.Redis(HOST, self.port, socket_timeout=5, **tls, **options)
+        return redis.Redis(HOST, self.port, **{"socket_timeout": 5, **tls, **options})
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -169,10 +207,9 @@ class Cluster:
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
-                "--cluster-port",
-                str(free_port()),
                 "--cluster-node-timeout",
                 "3000",
+                cluster_bus=True,
             )
             for n in range(6)
         ]
@@ -208,7 +245,7 @@ class Sentinels:
         self.folder = folder
         server = shutil.which("redis-server") or "redis-server"
         self.master = Node(server, folder / "master")
-        self.replica = Node(server, folder / "replica", "--replicaof", HOST, str(self.master.port))
+        self.replica = Node(server, folder / "replica", replica_of=self.master)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -216,35 +253,53 @@ class Sentinels:
     def url(self) -> str:
         return f"redis+sentinel://{','.join(f'{HOST}:{p}' for p in self.sentinel_ports)}/{SERVICE}/0"
 
-    def sentinel(self, port: int) -> Any:
-        return redis.Redis(HOST, port, socket_timeout=5)
+    def sentinel(self, port: int, **options: Any) -> Any:
+        return redis.Redis(HOST, port, **{"socket_timeout": 5, **options})
 
-    def names_master(self, port: int, node: Node) -> bool:
+    def names_master(self, port: int, node: Node, **options: Any) -> bool:
         """Whether the Sentinel on `port` names `node` the master."""
-        address = self.sentinel(port).execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        address = self.sentinel(port, **options).execute_command(
+            "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE
+        )
         return int(address[1]) == node.port
 
     @contextmanager
     def running(self) -> Iterator[Sentinels]:
         with running(self.master, self.replica), ExitStack() as stack:
             wait_until(self._replicating, "replication")
-            binary = shutil.which("redis-sentinel") or "redis-sentinel"
-            for port in self.sentinel_ports:
-                config = self.folder / f"sentinel-{port}.conf"
-                config.write_text(
-                    f"port {port}\nbind {HOST}\ndir {self.folder}\n"
-                    f"sentinel monitor {SERVICE} {HOST} {self.master.port} 2\n"
-                    f"sentinel down-after-milliseconds {SERVICE} 3000\n"
-                    f"sentinel failover-timeout {SERVICE} 2000\n"
+            for n in range(len(self.sentinel_ports)):
+                started_on_free_ports(
+                    functools.partial(self._start_sentinel, n, stack), functools.partial(self._name_port, n)
                 )
-                log = (self.folder / f"sentinel-{port}.log").open("ab")
-                process = subprocess.Popen([binary, str(config)], stdout=log, stderr=log)
-                log.close()
-                stack.callback(_stop, process)
-                self.processes.append(process)
-            for port in self.sentinel_ports:
-                wait_until(functools.partial(self.names_master, port, self.master), "sentinel")
             yield self
+
+    def _name_port(self, n: int) -> None:
+        self.sentinel_ports[n] = free_port()
+
+    def _start_sentinel(self, n: int, stack: ExitStack) -> None:
+        """The `n`th Sentinel, on its port, naming the master (stopped with `stack`)."""
+        port, binary = self.sentinel_ports[n], shutil.which("redis-sentinel") or "redis-sentinel"
+        config = self.folder / f"sentinel-{port}.conf"
+        config.write_text(
+            f"port {port}\nbind {HOST}\ndir {self.folder}\n"
+            f"sentinel monitor {SERVICE} {HOST} {self.master.port} 2\n"
+            f"sentinel down-after-milliseconds {SERVICE} 3000\n"
+            f"sentinel failover-timeout {SERVICE} 2000\n"
+        )
+        log_path = self.folder / f"sentinel-{port}.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen([binary, str(config)], stdout=log, stderr=log)
+        stack.callback(_stop, process)
+        wait_until(
+            functools.partial(
+                _exited_or, process, log_path, lambda: self.names_master(port, self.master, **_AT_ONCE)
+            ),
+            "sentinel",
+        )
+        if _process_id(self.sentinel(port)) != process.pid:  # another's port
+            _stop(process)
+            raise PortTaken(f"port {port} is another process's")
+        self.processes.append(process)
 
     def _replicating(self) -> bool:
         return bool(self.replica.client().info("replication").get("master_link_status") == "up")
@@ -260,6 +315,30 @@ class Sentinels:
         wait_until(lambda: old.client().execute_command("ROLE")[0] == b"slave", "demotion")
         self.master, self.replica = new, old
         return new
+
+
+def _process_id(client: redis.Redis) -> object:
+    """The process id of the server `client` asks, its connection closed after (a connection left
+    open holds the server's memory until it is collected, and the tests measure that memory)."""
+    with client:
+        return client.info("server").get("process_id")
+
+
+def _pings(client: redis.Redis) -> bool:
+    with client:
+        return bool(client.ping())
+
+
+def _exited_or(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], bool]) -> bool:
+    """Whether a server started is `ready`; raises when it exited instead (PortTaken: its port was
+    taken before it bound it, as its log says)."""
+    if process.poll() is not None:
+        said = log.read_text(errors="replace")
+        taken = "Address already in use" in said
+        raise (PortTaken if taken else RuntimeError)(
+            f"the server logging to {log} exited with {process.returncode}: {said[-2000:]}"
+        )
+    return ready()
 
 
 def _cluster_ok(node: Node) -> bool:

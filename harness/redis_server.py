@@ -4,23 +4,27 @@ The rule: the tests start every server they use and stop it after. `RedisServer`
 `redis-server` binary (scripts/redis-server installs it) on a free loopback port, persisting
 nothing, optionally behind a password; `pause()` freezes it (SIGSTOP: a store that accepts and
 never answers), `stop()` ends it (a store refusing connections), and `start()` brings it back on
-the same port. Readiness is a bounded poll of PING over a raw socket, never a sleep.
+the same port. Readiness is a bounded poll of PING over a raw socket, never a sleep, then the server
+that answered is asked its process id: a port taken before the server bound it is answered by
+another process, or by none. Its first start then goes to a fresh port (harness/ports.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
-from harness.ports import free_port
+from harness.ports import PortTaken, free_port, started_on_free_ports
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
@@ -42,6 +46,7 @@ class RedisServer:
         self.password = password
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False  # once started, it comes back on its own port, which its clients name
 
     @property
     def url(self) -> str:
@@ -50,19 +55,51 @@ class RedisServer:
         return f"redis://{credential}{_HOST}:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Running and answering on its port: its first start on a fresh port when the one named
+        was taken meanwhile; started again, on its own port or not at all."""
+        if self.started:
+            self._start_on_its_port()
+        else:
+            started_on_free_ports(self._start_on_its_port, self._name_port)
+            self.started = True
+        return self
+
+    def _name_port(self) -> None:
+        self.port = free_port()
+
+    def _start_on_its_port(self) -> None:
         argv = [self.binary, "--port", str(self.port), "--bind", _HOST, "--save", "", "--appendonly", "no"]
         if self.password is not None:
             argv += ["--requirepass", self.password]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + _START_TIMEOUT_S  # guards against a hang only
-        while not self._answers():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError("redis-server did not answer PING")
-            time.sleep(0.02)
-        return self
+        with tempfile.TemporaryFile() as log:  # what it said, read if it exits at start
+            self.process = process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + _START_TIMEOUT_S  # guards against a hang only
+            while not self._answers():
+                if process.poll() is not None:
+                    self.stop()
+                    log.seek(0)
+                    said = log.read().decode(errors="replace")
+                    taken = "Address already in use" in said
+                    raise (PortTaken if taken else RuntimeError)(
+                        f"redis-server exited with {process.returncode}: {said[-2000:]}"
+                    )
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TimeoutError("redis-server did not answer PING")
+                time.sleep(0.02)
+        if self._process_id() != process.pid:  # another process holds the port: ours could not bind it
+            self.stop()
+            raise PortTaken(f"port {self.port} is another process's")
+
+    def _process_id(self) -> int | None:
+        """The process id of the server answering on its port (None: it would not say)."""
+        with self._connection() as (conn, reader):
+            conn.sendall(_encoded("INFO", "server"))
+            size = reader.readline()
+            if not size.startswith(b"$"):  # an error: not a server that takes its password
+                return None
+            found = re.search(rb"^process_id:(\d+)", reader.read(int(size[1:]) + 2), re.MULTILINE)
+        return int(found[1]) if found else None
 
     def _answers(self) -> bool:
         try:
