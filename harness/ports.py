@@ -9,7 +9,8 @@ by side); below it, only another caller of `free_port` could, picking at random 
 A port is free when a bind to it succeeds (a bound, listening or lingering socket fails it). It is
 not held: a server that finds it taken all the same at its first start (`PortTaken`) is started
 again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
-harness/redis_server.py and harness/redis_deployments.py).
+harness/redis_server.py and harness/redis_deployments.py; nginx, harness/conformance.py). A port taken
+may still accept: a server is ready once it, not whatever holds the port, says so (its pid).
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ class PortTaken(RuntimeError):
     """A server could not bind a port it was named: another process of the run took it meanwhile."""
 
 
-def started_on_free_ports(start: Callable[[], T], name_ports: Callable[[], None]) -> T:
-    """`start()`, begun again after `name_ports()` named its ports afresh each time it raised
-    PortTaken: at most PORT_TRIES starts; any other failure is the start's own."""
+def started_on_free_ports(start: Callable[[], T], name_ports: Callable[[], None] | None = None) -> T:
+    """`start()`, begun again after `name_ports()` named its ports afresh (None: each start names
+    its own) each time it raised PortTaken: at most PORT_TRIES starts; any other failure is the
+    start's own."""
     for _ in range(PORT_TRIES - 1):
         try:
             return start()
         except PortTaken:
-            name_ports()
+            if name_ports is not None:
+                name_ports()
     return start()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import redis_deployments, redis_server
+from harness import conformance, redis_deployments, redis_server
 from harness.ports import PORT_TRIES, PortTaken, free_port, started_on_free_ports
 from harness.redis_deployments import HOST, Node, Sentinels
 from harness.redis_server import RedisServer
@@ -178,3 +178,29 @@ def test_a_sentinel_whose_port_was_taken_starts_on_a_fresh_one(tmp_path: Path) -
             assert len(sentinels.processes) == 3
         logs = [path.read_text(errors="replace") for path in tmp_path.glob("sentinel-*.log")]
     assert any("Address already in use" in log for log in logs), logs
+
+
+def test_nginx_whose_port_was_taken_listens_on_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
+        message = "no nginx here (scripts/conformance-servers)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with held_port() as taken:
+        named: list[int] = []
+
+        def port() -> int:
+            named.append(taken if not named else free_port())
+            return named[-1]
+
+        monkeypatch.setattr(conformance, "free_port", port)
+        with conformance._nginx(free_port(), tmp_path) as listening:
+            assert listening == named[1] != taken  # the second start's port
+            assert int((tmp_path / "nginx.pid").read_text()) > 0
+            with socket.create_connection((HOST, listening), timeout=5):
+                pass
+        said = (tmp_path / "nginx-error.log").read_text(errors="replace")
+    assert f"{HOST}:{taken} failed (98: Address already in use)" in said, said
+    assert len(named) == 2
