@@ -93,12 +93,15 @@ class RedisServer:
 
     def _process_id(self) -> int | None:
         """The process id of the server answering on its port (None: it would not say)."""
-        with self._connection() as (conn, reader):
-            conn.sendall(_encoded("INFO", "server"))
-            size = reader.readline()
-            if not size.startswith(b"$"):  # an error: not a server that takes its password
-                return None
-            found = re.search(rb"^process_id:(\d+)", reader.read(int(size[1:]) + 2), re.MULTILINE)
+        try:
+            with self._connection() as (conn, reader):
+                conn.sendall(_encoded("INFO", "server"))
+                size = reader.readline()
+                if not size.startswith(b"$"):  # an error: not a server that takes its password
+                    return None
+                found = re.search(rb"^process_id:(\d+)", reader.read(int(size[1:]) + 2), re.MULTILINE)
+        except OSError:  # it stopped answering: not a server that is ours
+            return None
         return int(found[1]) if found else None
 
     def _answers(self) -> bool:
