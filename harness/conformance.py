@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from harness.ports import PortTaken, free_port, started_on_free_ports
+from harness.ports import PortTaken, free_port, holds, started_on_free_ports
 from harness.proxy import TcpProxy
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -209,7 +209,7 @@ def running(mode: ServerMode, built: dict[str, str], work: Path) -> Iterator[Run
 @contextlib.contextmanager
 def _nginx(upstream: int, work: Path) -> Iterator[int]:
     """nginx in front of `upstream`, on a free port (named again when another process took it
-    before nginx bound it: harness/ports.py); its port is yielded once nginx itself listens there."""
+    before nginx bound it: harness/ports.py); its port is yielded once nginx itself holds it."""
     with contextlib.ExitStack() as stack:
         yield started_on_free_ports(functools.partial(_start_nginx, upstream, work, stack))
 
@@ -217,17 +217,15 @@ def _nginx(upstream: int, work: Path) -> Iterator[int]:
 def _start_nginx(upstream: int, work: Path, stack: contextlib.ExitStack) -> int:
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     port = free_port()
-    conf, errors, pid = work / "nginx.conf", work / "nginx-error.log", work / "nginx.pid"
+    conf, errors = work / "nginx.conf", work / "nginx-error.log"
     conf.write_text(_NGINX_CONF.format(work=work, host=HOST, port=port, upstream=upstream))
-    pid.unlink(missing_ok=True)
     argv = [nginx, "-p", str(work), "-e", str(errors), "-c", str(conf)]
     with (work / "nginx.log").open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     stack.callback(_stop, proc)
     deadline = time.monotonic() + START_TIMEOUT_S
-    # nginx writes its pid file once it has bound its port: before that, whatever accepts on the
-    # port is another process's.
-    while not (_pid_in(pid) == proc.pid and _accepts(port)):
+    # Its master holds its port once bound: whatever accepts on the port before that is another's.
+    while not (holds(proc.pid, port) and _accepts(port)):
         if proc.poll() is not None:
             said = errors.read_text(errors="replace")[-2000:] if errors.exists() else ""
             taken = "Address already in use" in said
@@ -236,12 +234,6 @@ def _start_nginx(upstream: int, work: Path, stack: contextlib.ExitStack) -> int:
             raise TimeoutError(f"nginx did not start listening on {port}")
         time.sleep(0.05)
     return port
-
-
-def _pid_in(path: Path) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        return int(path.read_text())
-    return None
 
 
 @contextlib.contextmanager

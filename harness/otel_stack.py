@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, ParamSpec, TypeVar
 
-from harness.ports import PORT_TRIES, PortTaken, free_port
+from harness.ports import PORT_TRIES, PortTaken, free_port, holds
 from harness.receiver import EventDict, SpanDict
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -97,7 +97,15 @@ class Process:
     health_url: str
 
     def healthy(self) -> bool:
-        return self.popen.poll() is None and _healthy(self.health_url)
+        """Alive, its health check saying so, and that check its own: a port taken before it bound
+        it may be answered by another process's (another suite's Collector)."""
+        port = urllib.parse.urlsplit(self.health_url).port
+        return (
+            self.popen.poll() is None
+            and _healthy(self.health_url)
+            and port is not None
+            and holds(self.popen.pid, port)
+        )
 
     def wait_healthy(self, timeout: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -108,7 +116,7 @@ class Process:
                 raise (PortTaken if taken else RuntimeError)(
                     f"{self.name} exited with {self.popen.returncode}:\n{log}"
                 )
-            if _healthy(self.health_url):
+            if self.healthy():
                 return
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} not healthy within {timeout:.0f} s:\n{self.log_text()}")

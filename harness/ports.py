@@ -10,11 +10,12 @@ A port is free when a bind to it succeeds (a bound, listening or lingering socke
 not held: a server that finds it taken all the same at its first start (`PortTaken`) is started
 again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
 harness/redis_server.py and harness/redis_deployments.py; nginx, harness/conformance.py). A port taken
-may still accept: a server is ready once it, not whatever holds the port, says so (its pid).
+may still accept: a server is ready once its own process holds the port (`holds`).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Callable
@@ -25,6 +26,8 @@ HOST: Final = "127.0.0.1"
 LOWEST: Final = 10_000  # below it: the ports services are known by
 TRIES: Final = 200  # a bound on the probes (nearly all pass at the first)
 _RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_TCP: Final = Path("/proc/net/tcp")  # the IPv4 sockets: local address, state, inode
+_LISTEN: Final = "0A"
 _pick = random.Random()  # seeded from the OS: each process draws its own sequence
 # The starts a server gets, each on ports named afresh, before a port taken is its failure.
 PORT_TRIES: Final = 3
@@ -77,3 +80,28 @@ def _ephemeral_low() -> int:
         return int(_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def holds(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (a port taken before
+    its server bound it is another process's, which may answer all the same). Read from /proc; where
+    there is none, not asked (True)."""
+    if not _TCP.exists():
+        return True
+    local = f"0100007F:{port:04X}"  # 127.0.0.1 as the kernel writes it, then the port
+    listening = {
+        f"socket:[{fields[9]}]"
+        for fields in map(str.split, _TCP.read_text().splitlines()[1:])
+        if fields[1] == local and fields[3] == _LISTEN
+    }
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it is gone
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in listening:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False

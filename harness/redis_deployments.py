@@ -6,13 +6,12 @@ flags; `Cluster` is six of them made a 3-master cluster with a replica each by `
 create`; `Sentinels` is a master, its replica and three `redis-sentinel`s watching them; `Tls` is a
 CA and a server certificate for 127.0.0.1 made with openssl. Readiness and every wait is a bounded
 poll of what the servers say, never a sleep of a guessed length; a server (a node, a Sentinel) whose
-port was taken before it bound it starts again on fresh ports, and the server that answers is asked
-its process id, so a test never talks to another's (harness/ports.py).
+port was taken before it bound it starts again on fresh ports: it is ready once its own process
+holds its port, so a test never talks to another's server (harness/ports.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness.ports import PortTaken, free_port, started_on_free_ports
+from harness.ports import PortTaken, free_port, holds, started_on_free_ports
 
 HOST = "127.0.0.1"
 _WAIT_S = 30.0  # a hang guard only
@@ -163,8 +162,8 @@ class Node:
         with log_path.open("ab") as log:
             self.process = process = subprocess.Popen([*self.argv(), *self.flags], stdout=log, stderr=log)
         wait_until(functools.partial(self._answers, log_path), f"{Path(self.binary).name} on {self.port}")
-        # A port taken before it bound it may be answered by another server: ours is the one asked.
-        if _process_id(self.client()) != process.pid:
+        # A port taken before it bound it may be answered by another server: ours must hold it.
+        if not holds(process.pid, self.port):
             self.stop()
             raise PortTaken(f"port {self.port} is another process's")
 
@@ -297,7 +296,7 @@ class Sentinels:
             ),
             "sentinel",
         )
-        if _process_id(self.sentinel(port)) != process.pid:  # another's port
+        if not holds(process.pid, port):  # another process answered on its port
             _stop(process)
             raise PortTaken(f"port {port} is another process's")
         self.processes.append(process)
@@ -318,15 +317,9 @@ class Sentinels:
         return new
 
 
-def _process_id(client: redis.Redis) -> object:
-    """The process id of the server `client` asks, its connection closed after (a connection left
-    open holds the server's memory until it is collected, and the tests measure that memory)."""
-    with client, contextlib.suppress(redis.exceptions.RedisError, OSError):
-        return client.info("server").get("process_id")
-    return None  # it stopped answering: not a server that is ours
-
-
 def _pings(client: redis.Redis) -> bool:
+    """Whether the server `client` asks answers, its connection closed after (a connection left
+    open holds the server's memory until it is collected, and the tests measure that memory)."""
     with client:
         return bool(client.ping())
 

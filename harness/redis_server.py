@@ -4,16 +4,15 @@ The rule: the tests start every server they use and stop it after. `RedisServer`
 `redis-server` binary (scripts/redis-server installs it) on a free loopback port, persisting
 nothing, optionally behind a password; `pause()` freezes it (SIGSTOP: a store that accepts and
 never answers), `stop()` ends it (a store refusing connections), and `start()` brings it back on
-the same port. Readiness is a bounded poll of PING over a raw socket, never a sleep, then the server
-that answered is asked its process id: a port taken before the server bound it is answered by
-another process, or by none. Its first start then goes to a fresh port (harness/ports.py).
+the same port. Readiness is a bounded poll of PING over a raw socket, never a sleep, and the port
+held by the server's own process: a port taken before the server bound it is answered by another
+process, or by none. Its first start then goes to a fresh port (harness/ports.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
-from harness.ports import PortTaken, free_port, started_on_free_ports
+from harness.ports import PortTaken, free_port, holds, started_on_free_ports
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
@@ -87,22 +86,9 @@ class RedisServer:
                     self.stop()
                     raise TimeoutError("redis-server did not answer PING")
                 time.sleep(0.02)
-        if self._process_id() != process.pid:  # another process holds the port: ours could not bind it
+        if not holds(process.pid, self.port):  # another process answered: ours could not bind the port
             self.stop()
             raise PortTaken(f"port {self.port} is another process's")
-
-    def _process_id(self) -> int | None:
-        """The process id of the server answering on its port (None: it would not say)."""
-        try:
-            with self._connection() as (conn, reader):
-                conn.sendall(_encoded("INFO", "server"))
-                size = reader.readline()
-                if not size.startswith(b"$"):  # an error: not a server that takes its password
-                    return None
-                found = re.search(rb"^process_id:(\d+)", reader.read(int(size[1:]) + 2), re.MULTILINE)
-        except OSError:  # it stopped answering: not a server that is ours
-            return None
-        return int(found[1]) if found else None
 
     def _answers(self) -> bool:
         try:

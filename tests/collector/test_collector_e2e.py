@@ -14,12 +14,14 @@ Sampling waits are bounded polls on what Jaeger and the Collector report; no clo
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import re
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ import pytest
 
 from harness import otel_stack as o
 from harness.client import ERAS
-from harness.ports import free_port
+from harness.ports import PORT_TRIES, PortTaken, free_port
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.run import FAULTS, agent_environment, demo_servers, run_agent
 from harness.server import Counters, build_server, running_server
@@ -223,11 +225,16 @@ def test_a_port_taken_before_the_collector_binds_it_is_named_again(
     chains of suites at once) may bind it meanwhile: the Collector exits at start, and starts again
     on fresh ports, whose every one it binds."""
     with _held_port() as taken:
-        named = _first_ports(monkeypatch, taken, starts=1)
-        with o.running_collector(bins.otelcol, o.SINGLE, tmp_path) as collector:
-            assert collector.process.healthy()
-            assert collector.otlp_grpc == f"{o.HOST}:{named[4]}"  # the second start's first port
-        first = (tmp_path / f"otelcol-{taken}.log").read_text()
+        _started_again(bins, tmp_path, taken, _first_ports(monkeypatch, taken, starts=1))
+
+
+def _started_again(bins: o.Binaries, tmp_path: Path, taken: int, named: list[int]) -> None:
+    """The Collector's first start, told `taken` among the ports it `named`, exits on it; its second
+    runs healthy on the ports it named then."""
+    with o.running_collector(bins.otelcol, o.SINGLE, tmp_path) as collector:
+        assert collector.process.healthy()
+        assert collector.otlp_grpc == f"{o.HOST}:{named[4]}"  # the second start's first port
+    first = (tmp_path / f"otelcol-{named[0]}.log").read_text()
     assert f"{o.HOST}:{taken}: bind: address already in use" in first, first
     assert len(named) == 8
 
@@ -236,13 +243,54 @@ def test_a_port_taken_at_every_start_fails_after_the_bounded_tries(
     bins: o.Binaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with _held_port() as taken:
-        named = _first_ports(monkeypatch, taken, starts=o.PORT_TRIES)
+        named = _first_ports(monkeypatch, taken, starts=PORT_TRIES)
         with (
-            pytest.raises(o.PortTaken, match="address already in use"),
+            pytest.raises(PortTaken, match="address already in use"),
             o.running_collector(bins.otelcol, o.SINGLE, tmp_path),
         ):
             pytest.fail("started on a taken port")
-    assert len(named) == 4 * o.PORT_TRIES  # each start named its four, and no fourth start came
+    assert len(named) == 4 * PORT_TRIES  # each start named its four, and no fourth start came
+
+
+@contextlib.contextmanager
+def _answered_port() -> Iterator[int]:
+    """A free port, then answered: an HTTP server there says 200 to every GET, as another Collector's
+    health check would."""
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status": "StatusOK"}')
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer((o.HOST, free_port()), Healthy) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+
+
+def test_a_health_port_another_process_answers_is_not_the_collectors_health(
+    bins: o.Binaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process answering 200 on the health port named for the Collector is not its health:
+    it is healthy only when the health check that says so is its own, so it starts again on fresh
+    ports instead of being taken for running."""
+    with _answered_port() as taken:
+        named: list[int] = []
+
+        def port() -> int:  # the first start's health port (its third) is the answered one
+            named.append(taken if len(named) == 2 else free_port())
+            return named[-1]
+
+        monkeypatch.setattr(o, "free_port", port)
+        _started_again(bins, tmp_path, taken, named)
 
 
 def test_the_binaries_are_the_pinned_releases(bins: o.Binaries) -> None:

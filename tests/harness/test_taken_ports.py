@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import conformance, redis_deployments, redis_server
-from harness.ports import PORT_TRIES, PortTaken, free_port, started_on_free_ports
+from harness.ports import PORT_TRIES, PortTaken, free_port, holds, started_on_free_ports
 from harness.redis_deployments import HOST, Node, Sentinels
 from harness.redis_server import RedisServer
 
@@ -198,9 +198,23 @@ def test_nginx_whose_port_was_taken_listens_on_a_fresh_one(
         monkeypatch.setattr(conformance, "free_port", port)
         with conformance._nginx(free_port(), tmp_path) as listening:
             assert listening == named[1] != taken  # the second start's port
-            assert int((tmp_path / "nginx.pid").read_text()) > 0
             with socket.create_connection((HOST, listening), timeout=5):
                 pass
         said = (tmp_path / "nginx-error.log").read_text(errors="replace")
     assert f"{HOST}:{taken} failed (98: Address already in use)" in said, said
     assert len(named) == 2
+
+
+def test_the_process_that_holds_a_listening_port_is_told_apart() -> None:
+    with held_port() as mine:
+        assert holds(os.getpid(), mine)
+        with socket.socket() as bound:  # bound, not listening: nobody's listener
+            bound.bind((HOST, free_port()))
+            assert not holds(os.getpid(), int(bound.getsockname()[1]))
+        with RedisServer() as other:  # another process's listener
+            assert other.process is not None
+            assert not holds(os.getpid(), other.port)
+            assert holds(other.process.pid, other.port)
+            assert not holds(other.process.pid, mine)
+            pid = other.process.pid
+        assert not holds(pid, other.port)  # stopped: it holds nothing
