@@ -19,7 +19,6 @@ import hmac
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -33,7 +32,7 @@ import pytest
 from tests.support.telemetry import OLD_HTTP_NAMES, OLD_HTTP_STATUS, STABLE_HTTP_NAMES
 
 from harness import run as demo
-from harness.ports import free_port
+from harness.ports import free_port, holds
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
@@ -121,7 +120,8 @@ def rotel_environment() -> dict[str, str]:
 
 
 def start_rotel(forward_to: str, work: Path) -> Collector:
-    """Start rotel on two free loopback ports and wait until it accepts; a lost port race retries."""
+    """Start rotel on two free loopback ports and wait until it holds them (whatever else accepts on a
+    port it was named is another process's); a lost port race retries."""
     failures = []
     for attempt in range(3):
         http_port, grpc_port = free_port(), free_port()
@@ -136,11 +136,9 @@ def start_rotel(forward_to: str, work: Path) -> Collector:
         collector = Collector(process, http_port, log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while process.poll() is None and time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", http_port), timeout=0.2).close()
+            if holds(process.pid, http_port) and holds(process.pid, grpc_port):
                 return collector
-            except OSError:
-                time.sleep(0.02)
+            time.sleep(0.02)
         stop_rotel(collector)
         failures.append(f"exit {process.returncode}: {collector.output()[-1000:]}")
     raise AssertionError("rotel-agent did not start: " + " | ".join(failures))
