@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from harness.ports import PortTaken, free_port, holds, started_on_free_ports
+from harness.ports import free_port, holds, start_failure, started_on_free_ports
 from harness.proxy import TcpProxy
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -227,9 +227,9 @@ def _start_nginx(upstream: int, work: Path, stack: contextlib.ExitStack) -> int:
     # Its master holds its port once bound: whatever accepts on the port before that is another's.
     while not (holds(proc.pid, port) and _accepts(port)):
         if proc.poll() is not None:
-            said = errors.read_text(errors="replace")[-2000:] if errors.exists() else ""
-            taken = "Address already in use" in said
-            raise (PortTaken if taken else RuntimeError)(f"nginx exited with {proc.returncode}: {said}")
+            raise start_failure(
+                "nginx", proc.returncode, errors.read_text(errors="replace") if errors.exists() else ""
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(f"nginx did not start listening on {port}")
         time.sleep(0.05)

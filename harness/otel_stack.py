@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, ParamSpec, TypeVar
 
-from harness.ports import PORT_TRIES, PortTaken, free_port, holds
+from harness.ports import PORT_TRIES, PortTaken, free_port, holds, start_failure
 from harness.receiver import EventDict, SpanDict
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -111,11 +111,7 @@ class Process:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                log = self.log_text()
-                taken = _PORT_TAKEN in log
-                raise (PortTaken if taken else RuntimeError)(
-                    f"{self.name} exited with {self.popen.returncode}:\n{log}"
-                )
+                raise start_failure(self.name, self.popen.returncode, self.log_text(), _PORT_TAKEN)
             if self.healthy():
                 return
             time.sleep(0.2)

@@ -15,10 +15,11 @@ may still accept: a server is ready once its own process holds the port (`holds`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -36,6 +37,13 @@ T = TypeVar("T")
 
 class PortTaken(RuntimeError):
     """A server could not bind a port it was named: another process of the run took it meanwhile."""
+
+
+def start_failure(
+    what: str, returncode: int | None, said: str, taken: str = "Address already in use"
+) -> RuntimeError:
+    """Why a server exited at start, from what it said: PortTaken when that names a port `taken`."""
+    return (PortTaken if taken in said else RuntimeError)(f"{what} exited with {returncode}: {said[-2000:]}")
 
 
 def started_on_free_ports(start: Callable[[], T], name_ports: Callable[[], None] | None = None) -> T:
@@ -105,3 +113,13 @@ def holds(pid: int, port: int) -> bool:
         except OSError:  # closed meanwhile
             continue
     return False
+
+
+@contextlib.contextmanager
+def held_port() -> Iterator[int]:
+    """A free port, then held: a socket listens on it, as another process of the run would (for
+    the tests of the starts above)."""
+    with socket.socket() as holder:
+        holder.bind((HOST, free_port()))
+        holder.listen()
+        yield int(holder.getsockname()[1])

@@ -26,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness.ports import PortTaken, free_port, holds, started_on_free_ports
+from harness.ports import free_port, holds, start_failure, started_on_free_ports
 
 HOST = "127.0.0.1"
 _WAIT_S = 30.0  # a hang guard only
@@ -161,19 +161,9 @@ class Node:
         log_path = self.folder / f"{self.port}.log"
         with log_path.open("ab") as log:
             self.process = process = subprocess.Popen([*self.argv(), *self.flags], stdout=log, stderr=log)
-        wait_until(functools.partial(self._answers, log_path), f"{Path(self.binary).name} on {self.port}")
-        # A port taken before it bound it may be answered by another server: ours must hold it.
-        if not holds(process.pid, self.port):
-            self.stop()
-            raise PortTaken(f"port {self.port} is another process's")
-
-    def _answers(self, log: Path) -> bool:
-        process = self.process
-        if process is not None and process.poll() is not None:
-            self.stop()
-        return process is not None and _exited_or(
-            process, log, functools.partial(_pings, self.client(**_AT_ONCE))
-        )
+        # Its own process holds the port (another's may answer on it), and answers.
+        ready = _ready(process, log_path, self.port, lambda: _pings(self.client(**_AT_ONCE)))
+        wait_until(ready, f"{Path(self.binary).name} on {self.port}")
 
     def client(self, **options: Any) -> Any:
         """An admin client (the default user)."""
@@ -291,14 +281,9 @@ class Sentinels:
             process = subprocess.Popen([binary, str(config)], stdout=log, stderr=log)
         stack.callback(_stop, process)
         wait_until(
-            functools.partial(
-                _exited_or, process, log_path, lambda: self.names_master(port, self.master, **_AT_ONCE)
-            ),
+            _ready(process, log_path, port, lambda: self.names_master(port, self.master, **_AT_ONCE)),
             "sentinel",
         )
-        if not holds(process.pid, port):  # another process answered on its port
-            _stop(process)
-            raise PortTaken(f"port {port} is another process's")
         self.processes.append(process)
 
     def _replicating(self) -> bool:
@@ -324,16 +309,20 @@ def _pings(client: redis.Redis) -> bool:
         return bool(client.ping())
 
 
-def _exited_or(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], bool]) -> bool:
-    """Whether a server started is `ready`; raises when it exited instead (PortTaken: its port was
-    taken before it bound it, as its log says)."""
-    if process.poll() is not None:
-        said = log.read_text(errors="replace")
-        taken = "Address already in use" in said
-        raise (PortTaken if taken else RuntimeError)(
-            f"the server logging to {log} exited with {process.returncode}: {said[-2000:]}"
-        )
-    return ready()
+def _ready(
+    process: subprocess.Popen[bytes], log: Path, port: int, answers: Callable[[], bool]
+) -> Callable[[], bool]:
+    """Whether a server started holds `port` itself and `answers`; raising when it exited instead
+    (PortTaken: its port was taken before it bound it, as its log says)."""
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise start_failure(
+                f"the server logging to {log}", process.returncode, log.read_text(errors="replace")
+            )
+        return holds(process.pid, port) and answers()
+
+    return ready
 
 
 def _cluster_ok(node: Node) -> bool:

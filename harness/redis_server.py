@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
-from harness.ports import PortTaken, free_port, holds, started_on_free_ports
+from harness.ports import free_port, holds, start_failure, started_on_free_ports
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
@@ -73,22 +73,18 @@ class RedisServer:
         with tempfile.TemporaryFile() as log:  # what it said, read if it exits at start
             self.process = process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + _START_TIMEOUT_S  # guards against a hang only
-            while not self._answers():
+            # Its own process holds the port (another's may answer on it), and answers.
+            while not (holds(process.pid, self.port) and self._answers()):
                 if process.poll() is not None:
                     self.stop()
                     log.seek(0)
-                    said = log.read().decode(errors="replace")
-                    taken = "Address already in use" in said
-                    raise (PortTaken if taken else RuntimeError)(
-                        f"redis-server exited with {process.returncode}: {said[-2000:]}"
+                    raise start_failure(
+                        "redis-server", process.returncode, log.read().decode(errors="replace")
                     )
                 if time.monotonic() > deadline:
                     self.stop()
                     raise TimeoutError("redis-server did not answer PING")
                 time.sleep(0.02)
-        if not holds(process.pid, self.port):  # another process answered: ours could not bind the port
-            self.stop()
-            raise PortTaken(f"port {self.port} is another process's")
 
     def _answers(self) -> bool:
         try:

@@ -17,7 +17,6 @@ import contextlib
 import http.server
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -32,7 +31,7 @@ import pytest
 
 from harness import otel_stack as o
 from harness.client import ERAS
-from harness.ports import PORT_TRIES, PortTaken, free_port
+from harness.ports import PORT_TRIES, PortTaken, free_port, held_port
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.run import FAULTS, agent_environment, demo_servers, run_agent
 from harness.server import Counters, build_server, running_server
@@ -196,15 +195,6 @@ def test_every_shipped_config_starts_and_reports_healthy(
     assert "Everything is ready" in text, text
 
 
-@contextlib.contextmanager
-def _held_port() -> Iterator[int]:
-    """A free port, then held: a socket listens on it, as another process of the run would."""
-    with socket.socket() as holder:
-        holder.bind((o.HOST, free_port()))
-        holder.listen()
-        yield int(holder.getsockname()[1])
-
-
 def _first_ports(monkeypatch: pytest.MonkeyPatch, taken: int, starts: int) -> list[int]:
     """The harness names `taken` as the first port of each of its next `starts` starts (a Collector
     names four); the ports it named are listed."""
@@ -224,7 +214,7 @@ def test_a_port_taken_before_the_collector_binds_it_is_named_again(
     """A port is named free before the Collector binds it; another process of the run (three
     chains of suites at once) may bind it meanwhile: the Collector exits at start, and starts again
     on fresh ports, whose every one it binds."""
-    with _held_port() as taken:
+    with held_port() as taken:
         _started_again(bins, tmp_path, taken, _first_ports(monkeypatch, taken, starts=1))
 
 
@@ -242,7 +232,7 @@ def _started_again(bins: o.Binaries, tmp_path: Path, taken: int, named: list[int
 def test_a_port_taken_at_every_start_fails_after_the_bounded_tries(
     bins: o.Binaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with _held_port() as taken:
+    with held_port() as taken:
         named = _first_ports(monkeypatch, taken, starts=PORT_TRIES)
         with (
             pytest.raises(PortTaken, match="address already in use"),

@@ -8,14 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from harness import conformance, redis_deployments, redis_server
-from harness.ports import PORT_TRIES, PortTaken, free_port, holds, started_on_free_ports
+from harness.ports import PORT_TRIES, PortTaken, free_port, held_port, holds, started_on_free_ports
 from harness.redis_deployments import HOST, Node, Sentinels
 from harness.redis_server import RedisServer
 
@@ -29,15 +27,6 @@ def _redis_installed() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)  # in CI the project's own scripts must have installed it
         pytest.skip(message)
-
-
-@contextmanager
-def held_port() -> Iterator[int]:
-    """A free port, then held: a socket listens on it, as another process of the run would."""
-    with socket.socket() as holder:
-        holder.bind((HOST, free_port()))
-        holder.listen()
-        yield int(holder.getsockname()[1])
 
 
 def test_a_start_is_tried_again_on_fresh_ports_only_while_a_port_was_taken() -> None:
