@@ -6,7 +6,8 @@ install block verbatim (a new `.venv` there, `pip install -e '.[instruments]'`: 
 the test command does), the test server and the agent on 127.0.0.1, and its output checked against
 the README's sample: the agent's line, the call's span and record, nothing on stderr, no refused
 connection, and the server's own count of executions. The only change made to the blocks is the
-port (a free one for 8000, in all three places), so the test never depends on 8000 being free.
+port (a free one for 8000, in all three places), so the test never depends on 8000 being free; a
+server that finds its port taken all the same is started again on another (`_serving`).
 
 The demo and test command blocks are checked to be the commands the scripts and CI run (running
 ./scripts/test here would recurse; the demo itself runs in tests/end_to_end).
@@ -26,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from harness.ports import free_port
+from harness import ports
+from harness.ports import PORT_TRIES, free_port, held_port, start_failure, started_on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -112,39 +114,58 @@ def test_the_declaration_key_is_the_url_the_agent_connects_to() -> None:
     assert f"--port {README_PORT}" in found["server"]
 
 
-@pytest.mark.timeout(INSTALL_TIMEOUT_S + 2 * RUN_TIMEOUT_S)
+def _on_port(text: str, port: str) -> str:
+    """`text` with the README's port moved to `port`, in every place it appears."""
+    moved = text.replace(f"127.0.0.1:{README_PORT}", f"127.0.0.1:{port}").replace(
+        f"--port {README_PORT}", f"--port {port}"
+    )
+    assert README_PORT not in moved, "the README's port appears somewhere this test does not move"
+    return moved
+
+
+def _serving(server_block: str, cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """The README's server block run on a free port, once it printed its URL (it binds its port
+    first): the process and the port. A server that exits instead, its port taken by another
+    process of the run meanwhile, is started again on a fresh one (ports.started_on_free_ports)."""
+
+    def start() -> tuple[subprocess.Popen[str], str]:
+        port = str(free_port())
+        server = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", _on_port(server_block, port)],
+            cwd=cwd,
+            env=_shell_environment(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        first_line: list[str] = []
+        reader = threading.Thread(target=lambda: first_line.append(server.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(RUN_TIMEOUT_S)
+        if first_line != [f"MCP_URL=http://127.0.0.1:{port}/mcp\n"]:
+            # The server serves until its stdin closes: closed, it exits, if it had not already.
+            _, said = server.communicate(input="", timeout=RUN_TIMEOUT_S)
+            raise start_failure(f"the README's server (its first line {first_line})", server.returncode, said)
+        return server, port
+
+    return started_on_free_ports(start)
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + (PORT_TRIES + 1) * RUN_TIMEOUT_S)
 def test_the_quick_start_runs_as_written_from_a_fresh_clone(tmp_path: Path) -> None:
     found = blocks()
-    port = str(free_port())
-
-    def on_port(text: str) -> str:
-        moved = text.replace(f"127.0.0.1:{README_PORT}", f"127.0.0.1:{port}").replace(
-            f"--port {README_PORT}", f"--port {port}"
-        )
-        assert README_PORT not in moved, "the README's port appears somewhere this test does not move"
-        return moved
-
     clone = _fresh_clone(tmp_path / "clone")
     installed = _bash(found["install"], clone, INSTALL_TIMEOUT_S)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     activate = f". {clone}/.venv/bin/activate\n"
 
-    server = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", on_port(found["server"])],
-        cwd=clone,
-        env=_shell_environment(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        first_line: list[str] = []
-        reader = threading.Thread(target=lambda: first_line.append(server.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(RUN_TIMEOUT_S)
-        assert first_line == [f"MCP_URL=http://127.0.0.1:{port}/mcp\n"], first_line
+    server, port = _serving(found["server"], clone)
 
+    def on_port(text: str) -> str:
+        return _on_port(text, port)
+
+    try:
         work = tmp_path / "agent"
         work.mkdir()
         (work / "agent.py").write_text(on_port(found["agent.py"]) + "\n", encoding="utf-8")
@@ -184,6 +205,31 @@ def test_the_quick_start_runs_as_written_from_a_fresh_clone(tmp_path: Path) -> N
     assert server.returncode == 0, server_err
     assert "executions: search=1 " in server_err, server_err
     assert server_out == ""
+
+
+def test_a_readme_server_whose_port_was_taken_serves_on_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server block as written, run where `.venv` is this environment and `harness` the repository's.
+    if not (Path(sys.prefix) / "bin" / "activate").exists():
+        pytest.skip("needs a virtual environment (the README's block activates .venv)")
+    (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    (tmp_path / "harness").symlink_to(ROOT / "harness", target_is_directory=True)
+    named: list[int] = []
+    with held_port() as taken:
+
+        def port() -> int:
+            named.append(taken if not named else ports.free_port())
+            return named[-1]
+
+        monkeypatch.setattr(sys.modules[__name__], "free_port", port)
+        server, served = _serving(blocks()["server"], tmp_path)
+        out, err = server.communicate(input="", timeout=RUN_TIMEOUT_S)
+    # Its first start found the port taken and exited; the second serves on the port named next.
+    assert len(named) == 2 and served == str(named[1]) != str(taken)
+    assert server.returncode == 0, err
+    assert "executions: search=0 " in err, err
+    assert out == ""  # its URL was its only line
 
 
 def test_the_declaration_block_is_accepted_as_written() -> None:
