@@ -10,8 +10,9 @@ A port is free when a bind to it succeeds (a bound, listening or lingering socke
 not held: a server that finds it taken all the same at its first start (`PortTaken`) is started
 again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
 harness/redis_server.py and harness/redis_deployments.py; nginx, harness/conformance.py; the
-README's demo server, tests/packaging/test_readme.py). A port taken may still accept: a server is
-ready once its own process holds the port (`holds`), or once it says so after binding it.
+README's demo server, tests/packaging/test_readme.py; the distro runs' app, tests/support/distros.py).
+A port taken may still accept: a server is ready once its own process holds the port (`holds`), or
+once it says so after binding it.
 """
 
 from __future__ import annotations

@@ -19,8 +19,11 @@ import pytest
 
 pytest.importorskip("opentelemetry.distro", reason="opentelemetry-distro is not installed here")
 
+from tests.support import distros
 from tests.support.distros import checked_run
 
+from harness import ports
+from harness.ports import held_port
 from harness.sdk import LINE
 
 SET_UPS = {
@@ -33,3 +36,20 @@ SET_UPS = {
 def test_one_call_span_per_call_and_nothing_raw(set_up: str) -> None:
     spans, _ = checked_run(server_spans=LINE == 2, **SET_UPS[set_up])
     assert any("mcp.session.id" in s["attributes"] for s in spans)  # the raw check is not vacuous
+
+
+def test_an_app_whose_server_port_was_taken_runs_again_on_a_fresh_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another process of the run holds the port named first: the app exits at its server's bind,
+    # before it calls anything, and is run again; what the backend holds is its second run's alone.
+    named: list[int] = []
+    with held_port() as taken:
+
+        def port() -> int:
+            named.append(taken if not named else ports.free_port())
+            return named[-1]
+
+        monkeypatch.setattr(distros, "free_port", port)
+        checked_run(server_spans=LINE == 2, **SET_UPS["mcp_replay"])
+    assert len(named) == 2 and named[1] != taken

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import otel_mcp_replay
-from harness.ports import free_port
+from harness.ports import free_port, start_failure, started_on_free_ports
 from harness.receiver import OtlpReceiver, SpanDict
 from otel_mcp_replay import telemetry as t
 
@@ -30,6 +30,8 @@ ROOT = Path(otel_mcp_replay.__file__).resolve().parents[2]
 CANARIES = {"QUERY": "q-Canary81", "KEY": "idem-Canary82"}
 TOOLS = ("search", "charge")
 RECORD = "mcp.tool.request_attempts"
+# How the app fails when its server cannot bind its port (harness.server.running_server, at its start).
+_PORT_TAKEN = "OSError: [Errno 98] Address already in use"
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,13 @@ class AppRun:
 
 def run_app(receiver: OtlpReceiver, **extra_env: str) -> AppRun:
     """The app under `opentelemetry-instrument` with `extra_env` (the distro's and configurator's
-    choice), its spans exported to `receiver` (a 90 s timeout guards a hang)."""
-    port = free_port()
+    choice), its spans exported to `receiver` (a 90 s timeout guards a hang). Its server's port is
+    named before the app binds it: an app that finds it taken exits before it calls anything, and is
+    run again on a fresh one (ports.started_on_free_ports)."""
+    return started_on_free_ports(lambda: _run_app_on(free_port(), receiver, extra_env))
+
+
+def _run_app_on(port: int, receiver: OtlpReceiver, extra_env: dict[str, str]) -> AppRun:
     servers = {
         f"http://127.0.0.1:{port}": {
             "policy": "app-authorized",
@@ -70,7 +77,8 @@ def run_app(receiver: OtlpReceiver, **extra_env: str) -> AppRun:
     instrument, python = str(BIN / "opentelemetry-instrument"), str(BIN / "python")
     command = [instrument, python, str(APP), str(port), json.dumps(CANARIES)]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    if done.returncode != 0:
+        raise start_failure("the distro app", done.returncode, done.stderr, taken=_PORT_TAKEN)
     said = json.loads(done.stdout.strip().splitlines()[-1])
     return AppRun(said["outcomes"], said["executions"], said["sessions"], done.stderr)
 
