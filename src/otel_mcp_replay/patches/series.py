@@ -107,9 +107,8 @@ async def tool_series(seam: HttpSeam, call: ToolCall, req: SeamRequest) -> Any:
         declaration = runtime.servers.strictest_on_origin(req.url)
         # its key, as that declaration names it
         req = req.read_as(declaration, target_of(req.body, declaration, from_json=True), runtime.fail_closed)
-    origin = runtime.origin(
-        req.url
-    )  # the endpoint's, when undeclared; whose bucket the attempts are charged to
+    # The endpoint's, when undeclared: whose bucket the attempts are charged to.
+    origin = runtime.origin(req.url)
     # Its first request (a redirect's next hop comes back here too); one refused is never sent.
     if call.declaration is None and await _first_request(seam, call, req, origin):
         return await _handed(seam.http, call, req, None)
