@@ -198,7 +198,7 @@ class RunningServer:
 def running(mode: ServerMode, built: dict[str, str], work: Path) -> Iterator[RunningServer]:
     """Start the server (and nginx in a gzip mode) and the fault proxy in front; stop all on exit."""
     with contextlib.ExitStack() as stack:
-        port = stack.enter_context(_process(command(mode, built), work / f"{mode.server}.log", None))
+        port = stack.enter_context(_process(command(mode, built), work / f"{mode.server}.log"))
         front = port
         if mode.gzip:
             front = stack.enter_context(_nginx(port, work))
@@ -237,28 +237,27 @@ def _start_nginx(upstream: int, work: Path, stack: contextlib.ExitStack) -> int:
 
 
 @contextlib.contextmanager
-def _process(argv: list[str], log: Path, port: int | None) -> Iterator[int]:
-    """Run `argv`, its output to `log`; yield its port: `port` once it accepts connections, else the
-    one its "READY <port>" line names."""
+def _process(argv: list[str], log: Path) -> Iterator[int]:
+    """Run `argv`, its output to `log`; yield the port its "READY <port>" line names, once it accepts
+    connections there (it bound port 0: the port the kernel gave it is no other process's)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield _wait_listening(proc, log, port)
+        yield _wait_listening(proc, log)
     finally:
         _stop(proc)
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], log: Path, port: int | None) -> int:
+def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(
                 f"{proc.args!r} exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}"
             )
-        found = _READY.search(log.read_bytes()) if port is None else None
-        listening = port if found is None else int(found.group(1))
-        if listening is not None and _accepts(listening):
-            return listening
+        found = _READY.search(log.read_bytes())
+        if found is not None and _accepts(port := int(found.group(1))):
+            return port
         time.sleep(0.05)
     raise TimeoutError(f"{proc.args!r} did not start listening: {log.read_text(errors='replace')[-2000:]}")
 
