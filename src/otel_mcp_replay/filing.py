@@ -26,13 +26,10 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import Vouches
+from otel_mcp_replay.settings import BOTH, SPAN_EVENT
 from otel_mcp_replay.version import __version__
 
 _logger = logging.getLogger(__name__)
-
-SPAN_EVENT: Final = "span_event"  # the default: what Jaeger and Tempo show on the span
-LOG: Final = "log"
-BOTH: Final = "both"
 
 # What a record that may have run is logged at (the call failed with UnknownEffectError), else INFO.
 _SEVERITY: Final = {False: SeverityNumber.INFO, True: SeverityNumber.WARN}

@@ -62,7 +62,6 @@ _logger = logging.getLogger(__name__)
 # MCP client. Past it the oldest still in its window is forgotten: counted and said at WARNING.
 MEMORY_BYTES: Final = 16 * 1024 * 1024
 ENTRY_BYTES: Final = 384
-DEFAULT_STORE_TIMEOUT_MS: Final = 50
 
 _T = TypeVar("_T")
 

@@ -112,8 +112,12 @@ def _check_store_timeout_ms(value: object, path: str) -> int:
     return _check_int(value, path, 1)
 
 
-# Where a call's record goes: the span event (what Jaeger and Tempo show), a log-based event, or both.
-RECORD_PLACES: Final = ("span_event", "log", "both")
+# Where a call's record goes: the span event (the default: what Jaeger and Tempo show on the span), a
+# log-based event, or both.
+SPAN_EVENT: Final = "span_event"
+LOG: Final = "log"
+BOTH: Final = "both"
+RECORD_PLACES: Final = (SPAN_EVENT, LOG, BOTH)
 
 
 def _check_record(value: object, path: str) -> str:
@@ -152,7 +156,7 @@ class Settings:
     repeat_guard_store: str | None = field(default=None, repr=False)
     repeat_guard_secret: str | None = field(default=None, repr=False)
     repeat_guard_store_timeout_ms: int = 50  # the bound on each store operation
-    record: str = "span_event"  # where a call's record goes: span_event, log or both
+    record: str = SPAN_EVENT  # where a call's record goes: RECORD_PLACES
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
