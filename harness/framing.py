@@ -40,18 +40,13 @@ def _event_stream(start: Message) -> bool:
 
 class PrimingEvents:
     """ASGI middleware: a priming event opens each event stream of the standalone GET (and, with
-    `posts=True`, of each POST), before the server's first byte. `primed_gets` counts the GET
-    streams primed so far (a test waits on it: the stream is open and primed)."""
+    `posts=True`, of each POST), before the server's first byte. It counts the GET streams primed
+    (a test waits for the first, `wait_primed_get`: the stream is open and primed)."""
 
     def __init__(self, app: ASGIApp, *, posts: bool = True) -> None:
         self.app, self.posts = app, posts
         self._lock = threading.Condition()
         self._primed_gets = 0
-
-    @property
-    def primed_gets(self) -> int:
-        with self._lock:
-            return self._primed_gets
 
     def wait_primed_get(self, timeout: float = 10.0) -> bool:
         """Block until a GET stream was primed (bounded: `timeout` guards a hang only)."""

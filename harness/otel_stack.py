@@ -470,8 +470,3 @@ def otlp_json_spans(data: Mapping[str, Any]) -> list[SpanDict]:
                     }
                 )
     return spans
-
-
-def jaeger_tags(span: Mapping[str, Any]) -> dict[str, Any]:
-    """A span of `/api/traces` (Jaeger's own JSON): its tags, and its logs' fields (events)."""
-    return {tag["key"]: tag["value"] for tag in span.get("tags", [])}

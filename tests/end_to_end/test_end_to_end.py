@@ -58,7 +58,6 @@ ARGUMENT_VALUES = (
     "Your receipt for order 7f3a9c",
     "blue widgets",
 )
-SDK_SCOPE = "mcp-python-sdk"
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 
@@ -165,7 +164,6 @@ class Run:
     counters: dict[str, Counters]
     session_ids: set[str]
     bodies: bytes
-    collector_output: str
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +207,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             counters={name: handle.counters for name, handle in servers.servers.items()},
             session_ids={post.session_id for post in log if post.session_id},
             bodies=b"".join(post.body for post in log),
-            collector_output=collector.output(),
         )
 
 
