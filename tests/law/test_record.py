@@ -22,7 +22,6 @@ from otel_mcp_replay.record import (
     validate_record,
 )
 
-SCALAR_KEYS = set(t.RECORD_SCALAR_KEYS)
 COLUMN_KEYS = set(t.RECORD_COLUMN_KEYS)
 
 rows_st = st.builds(

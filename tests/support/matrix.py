@@ -52,7 +52,6 @@ EXECUTIONS: Final = {
 }
 # The cases whose plain outcome is the server's own answer: there the instrumented caller gets the same.
 PLAIN_WORKS: Final = (CLEAN, TOOL_ERROR, RPC_ERROR, LARGE)
-RPC_ERROR_CODE: Final = -32602
 
 
 def declaration(url: str, policy: str = "app-authorized") -> dict[str, Any]:

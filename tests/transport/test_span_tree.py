@@ -43,7 +43,6 @@ from otel_mcp_replay.lines import LINE as PLUGIN_LINE
 
 pytestmark = pytest.mark.anyio
 
-SDK_SCOPE = "mcp-python-sdk"
 HTTP_SCOPE = "opentelemetry.instrumentation.httpx"
 FASTMCP_SCOPE = "fastmcp"
 OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
