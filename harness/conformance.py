@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from harness.ports import free_port, holds, start_failure, started_on_free_ports
+from harness.ports import free_port, started_on_free_ports, wait_serving
 from harness.proxy import TcpProxy
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -223,16 +223,15 @@ def _start_nginx(upstream: int, work: Path, stack: contextlib.ExitStack) -> int:
     with (work / "nginx.log").open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     stack.callback(_stop, proc)
-    deadline = time.monotonic() + START_TIMEOUT_S
     # Its master holds its port once bound: whatever accepts on the port before that is another's.
-    while not (holds(proc.pid, port) and _accepts(port)):
-        if proc.poll() is not None:
-            raise start_failure(
-                "nginx", proc.returncode, errors.read_text(errors="replace") if errors.exists() else ""
-            )
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nginx did not start listening on {port}")
-        time.sleep(0.05)
+    wait_serving(
+        proc,
+        port,
+        lambda: _accepts(port),
+        what="nginx",
+        said=lambda: errors.read_text(errors="replace") if errors.exists() else "",
+        timeout=START_TIMEOUT_S,
+    )
     return port
 
 

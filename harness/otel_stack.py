@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, ParamSpec, TypeVar
 
-from harness.ports import PORT_TRIES, PortTaken, free_port, holds, start_failure
+from harness.ports import PORT_TRIES, PortTaken, free_port, holds, wait_serving
 from harness.receiver import EventDict, SpanDict
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -108,14 +108,20 @@ class Process:
         )
 
     def wait_healthy(self, timeout: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise start_failure(self.name, self.popen.returncode, self.log_text(), _PORT_TAKEN)
-            if self.healthy():
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not healthy within {timeout:.0f} s:\n{self.log_text()}")
+        """Healthy on its own health port (ports.wait_serving); PortTaken when it exited because a
+        port it was named was taken."""
+        port = urllib.parse.urlsplit(self.health_url).port
+        assert port is not None, self.health_url
+        wait_serving(
+            self.popen,
+            port,
+            lambda: _healthy(self.health_url),
+            what=self.name,
+            said=self.log_text,
+            timeout=timeout,
+            taken=_PORT_TAKEN,
+            pause=0.2,
+        )
 
     def log_text(self, tail: int = 60) -> str:
         with contextlib.suppress(OSError):

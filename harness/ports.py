@@ -11,8 +11,8 @@ not held: a server that finds it taken all the same at its first start (`PortTak
 again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
 harness/redis_server.py and harness/redis_deployments.py; nginx, harness/conformance.py; the
 README's demo server, tests/packaging/test_readme.py; the distro runs' app, tests/support/distros.py).
-A port taken may still accept: a server is ready once its own process holds the port (`holds`), or
-once it says so after binding it.
+A port taken may still accept: a server is ready once its own process holds the port (`holds`) and
+it answers (`wait_serving`), or once it says so after binding it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import contextlib
 import os
 import random
 import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 HOST: Final = "127.0.0.1"
 LOWEST: Final = 10_000  # below it: the ports services are known by
@@ -115,6 +117,35 @@ def holds(pid: int, port: int) -> bool:
         except OSError:  # closed meanwhile
             continue
     return False
+
+
+def wait_serving(
+    process: subprocess.Popen[Any],
+    port: int,
+    answers: Callable[[], bool],
+    *,
+    what: str,
+    said: Callable[[], str],
+    timeout: float,
+    taken: str = "Address already in use",
+    not_yet: tuple[type[Exception], ...] = (OSError,),
+    pause: float = 0.05,
+) -> None:
+    """Poll until `process` itself holds `port` and `answers` (raising one of `not_yet`: not yet).
+    A process that exited first fails with what it `said` (`start_failure`: PortTaken when that
+    names its port `taken`); `timeout` guards a hang only (TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise start_failure(what, process.returncode, said(), taken)
+        try:
+            if holds(process.pid, port) and answers():
+                return
+        except not_yet:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not serving on {port} within {timeout:.0f} s: {said()[-2000:]}")
+        time.sleep(pause)
 
 
 @contextlib.contextmanager

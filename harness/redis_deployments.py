@@ -26,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness.ports import free_port, holds, start_failure, started_on_free_ports
+from harness.ports import free_port, started_on_free_ports, wait_serving
 
 HOST = "127.0.0.1"
 _WAIT_S = 30.0  # a hang guard only
@@ -162,8 +162,7 @@ class Node:
         with log_path.open("ab") as log:
             self.process = process = subprocess.Popen([*self.argv(), *self.flags], stdout=log, stderr=log)
         # Its own process holds the port (another's may answer on it), and answers.
-        ready = _ready(process, log_path, self.port, lambda: _pings(self.client(**_AT_ONCE)))
-        wait_until(ready, f"{Path(self.binary).name} on {self.port}")
+        _wait_serving(process, log_path, self.port, lambda: _pings(self.client(**_AT_ONCE)))
 
     def client(self, **options: Any) -> Any:
         """An admin client (the default user)."""
@@ -280,10 +279,7 @@ class Sentinels:
         with log_path.open("ab") as log:
             process = subprocess.Popen([binary, str(config)], stdout=log, stderr=log)
         stack.callback(_stop, process)
-        wait_until(
-            _ready(process, log_path, port, lambda: self.names_master(port, self.master, **_AT_ONCE)),
-            "sentinel",
-        )
+        _wait_serving(process, log_path, port, lambda: self.names_master(port, self.master, **_AT_ONCE))
         self.processes.append(process)
 
     def _replicating(self) -> bool:
@@ -309,20 +305,20 @@ def _pings(client: redis.Redis) -> bool:
         return bool(client.ping())
 
 
-def _ready(
+def _wait_serving(
     process: subprocess.Popen[bytes], log: Path, port: int, answers: Callable[[], bool]
-) -> Callable[[], bool]:
-    """Whether a server started holds `port` itself and `answers`; raising when it exited instead
-    (PortTaken: its port was taken before it bound it, as its log says)."""
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise start_failure(
-                f"the server logging to {log}", process.returncode, log.read_text(errors="replace")
-            )
-        return holds(process.pid, port) and answers()
-
-    return ready
+) -> None:
+    """A server started, once it holds `port` itself and `answers` (ports.wait_serving; a Redis
+    error asking it: not yet)."""
+    wait_serving(
+        process,
+        port,
+        answers,
+        what=f"the server logging to {log}",
+        said=lambda: log.read_text(errors="replace"),
+        timeout=_WAIT_S,
+        not_yet=(redis.exceptions.RedisError, OSError),
+    )
 
 
 def _cluster_ok(node: Node) -> bool:

@@ -18,12 +18,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
-from harness.ports import free_port, holds, start_failure, started_on_free_ports
+from harness.ports import free_port, started_on_free_ports, wait_serving
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT_S = 10.0
@@ -71,20 +70,25 @@ class RedisServer:
         if self.password is not None:
             argv += ["--requirepass", self.password]
         with tempfile.TemporaryFile() as log:  # what it said, read if it exits at start
+
+            def said() -> str:
+                log.seek(0)
+                return log.read().decode(errors="replace")
+
             self.process = process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + _START_TIMEOUT_S  # guards against a hang only
-            # Its own process holds the port (another's may answer on it), and answers.
-            while not (holds(process.pid, self.port) and self._answers()):
-                if process.poll() is not None:
-                    self.stop()
-                    log.seek(0)
-                    raise start_failure(
-                        "redis-server", process.returncode, log.read().decode(errors="replace")
-                    )
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise TimeoutError("redis-server did not answer PING")
-                time.sleep(0.02)
+            try:
+                # Its own process holds the port (another's may answer on it), and answers.
+                wait_serving(
+                    process,
+                    self.port,
+                    self._answers,
+                    what="redis-server",
+                    said=said,
+                    timeout=_START_TIMEOUT_S,
+                )
+            except BaseException:
+                self.stop()
+                raise
 
     def _answers(self) -> bool:
         try:
