@@ -148,6 +148,18 @@ def wait_serving(
         time.sleep(pause)
 
 
+def taken_first(taken: int) -> tuple[Callable[[], int], list[int]]:
+    """A stand-in for `free_port` that names `taken` first, then free ports, and the list of the
+    ports it named (for the tests of the starts above)."""
+    named: list[int] = []
+
+    def port() -> int:
+        named.append(taken if not named else free_port())
+        return named[-1]
+
+    return port, named
+
+
 @contextlib.contextmanager
 def held_port() -> Iterator[int]:
     """A free port, then held: a socket listens on it, as another process of the run would (for

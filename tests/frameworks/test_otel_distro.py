@@ -22,8 +22,7 @@ pytest.importorskip("opentelemetry.distro", reason="opentelemetry-distro is not 
 from tests.support import distros
 from tests.support.distros import checked_run
 
-from harness import ports
-from harness.ports import held_port
+from harness.ports import held_port, taken_first
 from harness.sdk import LINE
 
 SET_UPS = {
@@ -43,13 +42,8 @@ def test_an_app_whose_server_port_was_taken_runs_again_on_a_fresh_one(
 ) -> None:
     # Another process of the run holds the port named first: the app exits at its server's bind,
     # before it calls anything, and is run again; what the backend holds is its second run's alone.
-    named: list[int] = []
     with held_port() as taken:
-
-        def port() -> int:
-            named.append(taken if not named else ports.free_port())
-            return named[-1]
-
+        port, named = taken_first(taken)
         monkeypatch.setattr(distros, "free_port", port)
         checked_run(server_spans=LINE == 2, **SET_UPS["mcp_replay"])
     assert len(named) == 2 and named[1] != taken

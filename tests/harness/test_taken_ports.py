@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from harness import conformance, redis_deployments, redis_server
-from harness.ports import PORT_TRIES, PortTaken, free_port, held_port, holds, started_on_free_ports
+from harness.ports import (
+    PORT_TRIES,
+    PortTaken,
+    free_port,
+    held_port,
+    holds,
+    started_on_free_ports,
+    taken_first,
+)
 from harness.redis_deployments import HOST, Node, Sentinels
 from harness.redis_server import RedisServer
 
@@ -178,12 +186,7 @@ def test_nginx_whose_port_was_taken_listens_on_a_fresh_one(
             pytest.fail(message)
         pytest.skip(message)
     with held_port() as taken:
-        named: list[int] = []
-
-        def port() -> int:
-            named.append(taken if not named else free_port())
-            return named[-1]
-
+        port, named = taken_first(taken)
         monkeypatch.setattr(conformance, "free_port", port)
         with conformance._nginx(free_port(), tmp_path) as listening:
             assert listening == named[1] != taken  # the second start's port

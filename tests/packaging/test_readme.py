@@ -27,8 +27,7 @@ from typing import Any
 
 import pytest
 
-from harness import ports
-from harness.ports import PORT_TRIES, free_port, held_port, start_failure, started_on_free_ports
+from harness.ports import PORT_TRIES, free_port, held_port, start_failure, started_on_free_ports, taken_first
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -215,13 +214,8 @@ def test_a_readme_server_whose_port_was_taken_serves_on_a_fresh_one(
         pytest.skip("needs a virtual environment (the README's block activates .venv)")
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     (tmp_path / "harness").symlink_to(ROOT / "harness", target_is_directory=True)
-    named: list[int] = []
     with held_port() as taken:
-
-        def port() -> int:
-            named.append(taken if not named else ports.free_port())
-            return named[-1]
-
+        port, named = taken_first(taken)
         monkeypatch.setattr(sys.modules[__name__], "free_port", port)
         server, served = _serving(blocks()["server"], tmp_path)
         out, err = server.communicate(input="", timeout=RUN_TIMEOUT_S)
