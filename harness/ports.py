@@ -10,7 +10,8 @@ A port is free when a bind to it succeeds (a bound, listening or lingering socke
 not held: a server that finds it taken all the same at its first start (`PortTaken`) is started
 again on fresh ports (`started_on_free_ports`: the Collector and Jaeger, harness/otel_stack.py; Redis,
 harness/redis_server.py and harness/redis_deployments.py; nginx, harness/conformance.py; the
-README's demo server, tests/packaging/test_readme.py; the distro runs' app, tests/support/distros.py).
+README's demo server, tests/packaging/test_readme.py; the distro runs' app, tests/support/distros.py;
+the end-to-end run's rotel, tests/end_to_end/test_end_to_end.py).
 A port taken may still accept: a server is ready once its own process holds the port (`holds`) and
 it answers (`wait_serving`), or once it says so after binding it.
 """

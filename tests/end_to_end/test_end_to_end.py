@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
 import sys
 import sysconfig
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +32,7 @@ import pytest
 from tests.support.telemetry import OLD_HTTP_NAMES, OLD_HTTP_STATUS, STABLE_HTTP_NAMES
 
 from harness import run as demo
-from harness.ports import free_port, holds
+from harness.ports import free_port, held_port, holds, started_on_free_ports, taken_first, wait_serving
 from harness.receiver import OtlpReceiver, SpanDict
 from harness.server import Counters
 from otel_mcp_replay import environment_variables as ev
@@ -58,7 +58,7 @@ ARGUMENT_VALUES = (
     "Your receipt for order 7f3a9c",
     "blue widgets",
 )
-START_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 30.0  # a hang guard only
 STOP_TIMEOUT_S = 5.0
 
 
@@ -119,12 +119,14 @@ def rotel_environment() -> dict[str, str]:
 
 
 def start_rotel(forward_to: str, work: Path) -> Collector:
-    """Start rotel on two free loopback ports and wait until it holds them (whatever else accepts on a
-    port it was named is another process's); a lost port race retries."""
-    failures = []
-    for attempt in range(3):
+    """Start rotel on two free loopback ports, ready once it holds both (whatever else accepts on a
+    port it was named is another process's: ports.wait_serving); one that exits because a port was
+    taken meanwhile starts again on fresh ones (ports.started_on_free_ports)."""
+    starts = itertools.count()
+
+    def start() -> Collector:
         http_port, grpc_port = free_port(), free_port()
-        log = work / f"rotel-{attempt}.out"
+        log = work / f"rotel-{next(starts)}.out"
         with log.open("wb") as out:
             process = subprocess.Popen(
                 rotel_command(http_port, grpc_port, forward_to, work),
@@ -133,14 +135,21 @@ def start_rotel(forward_to: str, work: Path) -> Collector:
                 env=rotel_environment(),
             )
         collector = Collector(process, http_port, log)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while process.poll() is None and time.monotonic() < deadline:
-            if holds(process.pid, http_port) and holds(process.pid, grpc_port):
-                return collector
-            time.sleep(0.02)
-        stop_rotel(collector)
-        failures.append(f"exit {process.returncode}: {collector.output()[-1000:]}")
-    raise AssertionError("rotel-agent did not start: " + " | ".join(failures))
+        try:
+            wait_serving(
+                process,
+                http_port,
+                lambda: holds(process.pid, grpc_port),
+                what="rotel-agent",
+                said=collector.output,
+                timeout=START_TIMEOUT_S,
+            )
+        except BaseException:
+            stop_rotel(collector)
+            raise
+        return collector
+
+    return started_on_free_ports(start)
 
 
 def stop_rotel(collector: Collector) -> None:
@@ -403,6 +412,24 @@ def test_no_argument_value_key_or_raw_session_id_crosses_the_wire(run: Run) -> N
 
 
 @pytest.mark.timeout(360)
+def test_a_rotel_whose_port_was_taken_starts_on_fresh_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process of the run holds the port named first (its HTTP port): rotel exits at its
+    # bind, saying so, and starts again on the ports named next, which it holds.
+    with held_port() as taken:
+        port, named = taken_first(taken)
+        monkeypatch.setattr(sys.modules[__name__], "free_port", port)
+        collector = start_rotel("http://127.0.0.1:9/v1/traces", tmp_path)
+        try:
+            assert named[0] == taken and len(named) == 4
+            assert collector.http_port == named[2] != taken
+            assert holds(collector.process.pid, named[2]) and holds(collector.process.pid, named[3])
+            assert "Address already in use" in (tmp_path / "rotel-0.out").read_text(errors="replace")
+        finally:
+            stop_rotel(collector)
+
+
 def test_the_demo_runs_and_prints_each_tool_calls_trace_as_a_tree() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "harness.run"],
