@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -82,6 +82,18 @@ class StallThenPass(Fault):
     """Wait `seconds`, then hand the request to the app as usual (the tool runs, the answer comes)."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class HeldUntilPost(Fault):
+    """Hold the request until a tools/call POST of `tool` is being served (one came before it and
+    is not over, or one comes within `seconds`), then hand it to the app as usual. `came` is set when
+    one was: the client had both requests in flight at once (a client that sends one at a time
+    cannot)."""
+
+    tool: str
+    seconds: float
+    came: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True)
@@ -442,6 +454,10 @@ class FaultInjector:
         self.record = record
         self.connections = connections
         self._lost_answers: set[str] = set()  # request ids whose answer an event stream must drop
+        # Per tool, its calls' POSTs being served, and the POSTs held until one of its calls comes
+        # (HeldUntilPost): the server's loop only.
+        self._in_flight: Counter[str] = Counter()
+        self._held: dict[str, list[anyio.Event]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
@@ -457,13 +473,37 @@ class FaultInjector:
             await self.app(scope, replay, send)
             return
         post = _parse(scope, body)
-        fault = self._fault_for(post)
-        if self.record is not None:
-            self.record(_with_fault(post.record, fault))
-        if fault is None:
-            await self.app(scope, replay, send)
-        else:
-            await self._apply(fault, post, scope, replay, receive, send)
+        tool = post.record.tool
+        if tool is not None:  # a call of it came: the POSTs held for one go on
+            for came in self._held.pop(tool, ()):
+                came.set()
+            self._in_flight[tool] += 1
+        try:
+            fault = self._fault_for(post)
+            if self.record is not None:
+                self.record(_with_fault(post.record, fault))
+            if fault is None:
+                await self.app(scope, replay, send)
+            else:
+                await self._apply(fault, post, scope, replay, receive, send)
+        finally:
+            if tool is not None:
+                self._in_flight[tool] -= 1
+
+    async def _came(self, tool: str, seconds: float) -> bool:
+        """Whether a call of `tool` is being served, or one comes within `seconds`."""
+        if self._in_flight[tool]:
+            return True
+        came = anyio.Event()
+        self._held.setdefault(tool, []).append(came)
+        with anyio.move_on_after(seconds):
+            await came.wait()
+        if not came.is_set():  # none came: no longer held (the list is popped only as one comes)
+            held = self._held[tool]
+            held.remove(came)
+            if not held:
+                del self._held[tool]
+        return came.is_set()
 
     def _dropping_lost_answers(self, send: Send) -> Send:
         """`send` for an event stream, less the events that answer a request whose answer is lost."""
@@ -508,6 +548,10 @@ class FaultInjector:
             await _respond_jsonrpc_error(send, fault, post.message)
         elif isinstance(fault, StallThenPass):
             await anyio.sleep(fault.seconds)
+            await self.app(scope, replay, send)
+        elif isinstance(fault, HeldUntilPost):
+            if await self._came(fault.tool, fault.seconds):
+                fault.came.set()
             await self.app(scope, replay, send)
         elif isinstance(fault, StallThenDrop):
             await anyio.sleep(fault.seconds)

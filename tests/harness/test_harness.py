@@ -39,6 +39,7 @@ from harness.faults import (
     DropMidBody,
     FaultContext,
     FaultPlan,
+    HeldUntilPost,
     JsonRpcError,
     RandomFaults,
     SseWithoutAnswer,
@@ -397,6 +398,32 @@ def test_a_stall_then_pass_delays_but_answers(server: ServerHandle) -> None:
     assert server.counters.posts(stalled_id) == 1
     assert server.counters.executions_for(stalled_id, "search") == 1
     assert server.counters.executions("search") == 2
+
+
+DEADLINE_HELD_S = 5.0  # held past it, the test fails: `came` was not set
+
+
+def test_a_post_held_until_another_goes_on_when_it_comes(server: ServerHandle) -> None:
+    """HeldUntilPost tells two requests in flight at once from two sent one after the other."""
+    together, apart = HeldUntilPost("send_email", DEADLINE_HELD_S), HeldUntilPost("send_email", 0.2)
+    server.faults.add("search", together, apart)
+
+    async def both_at_once(client: Client) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(client.call_tool, "search", {"query": "held"})
+            group.start_soon(client.call_tool, "send_email", {"to": "a@example.com", "body": "b"})
+
+    async def scenario() -> None:
+        async with Client(server.url, mode="2026-07-28") as client:
+            await both_at_once(client)
+            await client.call_tool("search", {"query": "held"})  # none comes while it is held
+            await client.call_tool("send_email", {"to": "a@example.com", "body": "b"})
+
+    run(scenario)
+    assert together.came.is_set()
+    assert not apart.came.is_set()
+    # Each held request went on to the tool once it was let go.
+    assert (server.counters.executions("search"), server.counters.executions("send_email")) == (2, 2)
 
 
 def test_a_protocol_request_can_be_throttled_too(server: ServerHandle) -> None:
