@@ -4,12 +4,13 @@ streamable HTTP and the legacy SSE transport.
 
 ADK turns a tool's McpError into `{"error": "MCP tool execution failed: <message>"}`, the function
 response both the app's events and the model are handed (its graceful error handling, on by
-default in 2.13); the plugin's errors are McpErrors, so the model reads the plugin's own words.
+default since 2.13); the plugin's errors are McpErrors, so the model reads the plugin's own words.
 ADK retries opening a session, never a tool call; a model that calls the tool again after it may
 have run is refused by the repeat guard before anything is sent.
 
-google-adk pins OpenTelemetry <= 1.44, so it runs in an environment of its own (.venv-fw-adk,
-scripts/test-lines); elsewhere this file is skipped. Ground truth is the server's count of
+google-adk 2.15 pins OpenTelemetry <= 1.45.2 (2.13: <= 1.44), a ceiling the main environment's
+newest OpenTelemetry passes on the day it is released, so it runs in an environment of its own
+(.venv-fw-adk, scripts/test-lines); elsewhere this file is skipped. Ground truth is the server's count of
 executions per tool; the plugin's record says the rest.
 """
 

@@ -45,7 +45,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from tests.support.calls import declared
 from tests.support.telemetry import Telemetry, records, the_record
 
-from harness.faults import DropAfterExecution, Throttle
+from harness.faults import DropAfterExecution, HeldUntilPost, Throttle
 from harness.server import ServerHandle, running_server
 from otel_mcp_replay import UnknownEffectError
 from otel_mcp_replay import telemetry as t
@@ -357,10 +357,11 @@ async def test_openai_agents_retry_does_not_run_a_changing_tool_twice(
 
 
 class _ScriptedModel(Model):
-    """An openai-agents Model with no LLM behind it: it calls one tool, then answers."""
+    """An openai-agents Model with no LLM behind it: it calls one tool (or, given more, each of them
+    in the same turn, as a model asking for parallel tool calls does), then answers."""
 
-    def __init__(self, tool: str, args: dict[str, Any]) -> None:
-        self.tool, self.args = tool, args
+    def __init__(self, tool: str, args: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> None:
+        self.calls = ((tool, args), *more)
         self.inputs: list[Any] = []
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
@@ -369,12 +370,13 @@ class _ScriptedModel(Model):
             out: list[Any] = [
                 ResponseFunctionToolCall(
                     type="function_call",
-                    id="fc_1",
-                    call_id="call_1",
-                    name=self.tool,
-                    arguments=json.dumps(self.args),
+                    id=f"fc_{n}",
+                    call_id=f"call_{n}",
+                    name=tool,
+                    arguments=json.dumps(arguments),
                     status="completed",
                 )
+                for n, (tool, arguments) in enumerate(self.calls, 1)
             ]
         else:
             text = ResponseOutputText(type="output_text", text="done", annotations=[])
@@ -389,14 +391,15 @@ class _ScriptedModel(Model):
         raise NotImplementedError
 
 
-DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try again."
+# openai-agents' default `failure_error_function` (0.24 added "Please try again.").
+DEFAULT_TOOL_ERROR = "An error occurred while running the tool."
 
 
-async def test_openai_agents_agent_tells_the_model_to_try_again(
+async def test_openai_agents_agent_hands_the_model_a_fixed_error(
     server: ServerHandle, telemetry: Telemetry, instrument: Any
 ) -> None:
     """The Agent's default `failure_error_function` turns UnknownEffectError into a fixed string
-    for the model, "Please try again", which says nothing of the tool having maybe run."""
+    for the model, which says nothing of the tool having maybe run."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     server.faults.add("send_email", DropAfterExecution(answer_lost=True))
     server_cls = MCPServerSse if _sse(server) else MCPServerStreamableHttp
@@ -413,6 +416,48 @@ async def test_openai_agents_agent_tells_the_model_to_try_again(
     # Its own tracing saw the tool fail; none of it is OpenTelemetry.
     assert any(getattr(s.span_data, "name", None) == "send_email" and s.error for s in AGENTS_TRACES.spans)
     assert all(_scope(s) != "agents" for s in telemetry.spans())
+
+
+HELD_S = 4.0  # under the server object's session timeout (5 s), which would end a call held longer
+
+
+async def test_openai_agents_parallel_tool_calls_on_one_session_are_each_known(
+    server: ServerHandle, telemetry: Telemetry, instrument: Any
+) -> None:
+    """A model asking for two tools in one turn: openai-agents 0.25 sends both on the one session at
+    once on mcp 2.x (0.24 sent them one after the other), and "if the connection drops, multiple
+    tools may have taken effect". The call whose answer was lost is known to have maybe run, and its
+    retry (`max_retry_attempts`) is refused unsent; the other call, in flight beside it, is answered.
+    Each tool ran once."""
+    instrument(servers=declared(server, {"send_email": {"changes": True}}))
+    sse = _sse(server)
+    # search (sent first) goes on once send_email's POST is being served: both in flight at once.
+    # The legacy SSE transport's writer awaits each POST before the next: there, both calls are in
+    # flight on the session, each POST alone.
+    held = HeldUntilPost("send_email", HELD_S)
+    if not sse:
+        server.faults.add("search", held)
+    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
+    server_cls = MCPServerSse if sse else MCPServerStreamableHttp
+    with anyio.fail_after(DEADLINE_S):
+        async with server_cls(
+            params={"url": server.url}, name="demo", max_retry_attempts=1, retry_backoff_seconds_base=0.01
+        ) as mcp_server:
+            model = _ScriptedModel(*SEARCH, EMAIL)
+            agent = Agent(name="mailer", model=model, mcp_servers=[mcp_server])
+            result = await Runner.run(agent, "look it up, and send it")
+    assert held.came.is_set() is not sse  # (never held on SSE)
+    outputs = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+    assert "'q'" in str(outputs[0]) and outputs[1] == DEFAULT_TOOL_ERROR, outputs
+    assert (server.counters.executions("send_email"), server.counters.executions("search")) == (1, 1)
+    assert server.counters.tool_posts("send_email") == 1  # its repeat was never sent
+    by_tool: dict[str, list[dict[str, Any]]] = {}
+    for record in records(telemetry):
+        by_tool.setdefault(str(record[t.GEN_AI_TOOL_NAME]), []).append(record)
+    (email, repeat), (search,) = by_tool["send_email"], by_tool["search"]
+    assert email[t.MAY_HAVE_RUN] is True
+    assert (repeat[t.VERDICT], repeat[t.SENT]) == ("failed", 0)
+    assert (search[t.VERDICT], search[t.SENT]) == ("completed", 1)
 
 
 async def test_openai_agents_agent_without_failure_function_raises_unknown_effect(

@@ -8,7 +8,8 @@ Strands turns any exception of a tool call into a `ToolResult` with status "erro
 handed. Strands retries no tool call; a model that calls again after the call may have run is
 refused by the repeat guard before anything is sent.
 
-strands-agents 1.62 pins mcp < 2.2, so it runs in an environment of its own on mcp 2.1
+strands-agents 1.65 pins mcp < 2.4 (1.62: < 2.2), a ceiling the main environment's newest mcp
+passes on the day it is released, so it runs in an environment of its own, on mcp 2.3 today
 (.venv-fw-strands, scripts/test-lines); elsewhere this file is skipped. Ground truth is the
 server's count of executions per tool; the plugin's record says the rest.
 """
