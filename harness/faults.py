@@ -87,12 +87,14 @@ class StallThenPass(Fault):
 @dataclass(frozen=True)
 class HeldUntilPost(Fault):
     """Hold the request until a tools/call POST of `tool` is being served (one came before it and
-    is not over, or one comes within `seconds`), then hand it to the app as usual. `came` is set when
-    one was: the client had both requests in flight at once (a client that sends one at a time
-    cannot)."""
+    is not over, a held one included, or one comes within `seconds`: a hang guard), then apply
+    `then` to it (None: hand it to the app as usual). `came` is set when one was: the client had
+    both requests in flight at once (a client that sends one at a time cannot). Two calls held each
+    until the other's comes meet whichever reaches the server first."""
 
     tool: str
     seconds: float
+    then: Fault | None = None
     came: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
@@ -552,7 +554,10 @@ class FaultInjector:
         elif isinstance(fault, HeldUntilPost):
             if await self._came(fault.tool, fault.seconds):
                 fault.came.set()
-            await self.app(scope, replay, send)
+            if fault.then is None:
+                await self.app(scope, replay, send)
+            else:
+                await self._apply(fault.then, post, scope, replay, receive, send)
         elif isinstance(fault, StallThenDrop):
             await anyio.sleep(fault.seconds)
             await self._cut(scope, receive, reset=fault.reset)

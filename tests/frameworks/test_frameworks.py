@@ -418,7 +418,7 @@ async def test_openai_agents_agent_hands_the_model_a_fixed_error(
     assert all(_scope(s) != "agents" for s in telemetry.spans())
 
 
-HELD_S = 4.0  # under the server object's session timeout (5 s), which would end a call held longer
+HELD_S = DEADLINE_S / 2  # a hang guard: held past it, `came` is not set, and the test fails
 
 
 async def test_openai_agents_parallel_tool_calls_on_one_session_are_each_known(
@@ -431,23 +431,28 @@ async def test_openai_agents_parallel_tool_calls_on_one_session_are_each_known(
     Each tool ran once."""
     instrument(servers=declared(server, {"send_email": {"changes": True}}))
     sse = _sse(server)
-    # search (sent first) goes on once send_email's POST is being served: both in flight at once.
-    # The legacy SSE transport's writer awaits each POST before the next: there, both calls are in
-    # flight on the session, each POST alone.
-    held = HeldUntilPost("send_email", HELD_S)
-    if not sse:
-        server.faults.add("search", held)
-    server.faults.add("send_email", DropAfterExecution(answer_lost=True))
+    cut = DropAfterExecution(answer_lost=True)
+    # Each POST held until the other's is being served: both in flight at once, whichever came
+    # first. The legacy SSE transport's writer awaits each POST before the next: there, both calls
+    # are in flight on the session, each POST alone, and none is held.
+    search_held = HeldUntilPost("send_email", HELD_S)
+    email_held = HeldUntilPost("search", HELD_S, cut)
+    server.faults.add("search", *(() if sse else (search_held,)))
+    server.faults.add("send_email", cut if sse else email_held)
     server_cls = MCPServerSse if sse else MCPServerStreamableHttp
     with anyio.fail_after(DEADLINE_S):
         async with server_cls(
-            params={"url": server.url}, name="demo", max_retry_attempts=1, retry_backoff_seconds_base=0.01
+            params={"url": server.url},
+            name="demo",
+            client_session_timeout_seconds=DEADLINE_S,  # (its 5 s would end a call held that long)
+            max_retry_attempts=1,
+            retry_backoff_seconds_base=0.01,
         ) as mcp_server:
             model = _ScriptedModel(*SEARCH, EMAIL)
             agent = Agent(name="mailer", model=model, mcp_servers=[mcp_server])
             result = await Runner.run(agent, "look it up, and send it")
     if not sse:
-        assert held.came.is_set()  # both in flight at once
+        assert search_held.came.is_set() and email_held.came.is_set()  # both in flight at once
     outputs = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
     assert "'q'" in str(outputs[0]) and outputs[1] == DEFAULT_TOOL_ERROR, outputs
     assert (server.counters.executions("send_email"), server.counters.executions("search")) == (1, 1)

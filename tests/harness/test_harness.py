@@ -400,18 +400,27 @@ def test_a_stall_then_pass_delays_but_answers(server: ServerHandle) -> None:
     assert server.counters.executions("search") == 2
 
 
-DEADLINE_HELD_S = 5.0  # held past it, the test fails: `came` was not set
+HELD_S = 5.0  # a hang guard: held past it, `came` is not set, and the test fails
 
 
 def test_a_post_held_until_another_goes_on_when_it_comes(server: ServerHandle) -> None:
-    """HeldUntilPost tells two requests in flight at once from two sent one after the other."""
-    together, apart = HeldUntilPost("send_email", DEADLINE_HELD_S), HeldUntilPost("send_email", 0.2)
-    server.faults.add("search", together, apart)
+    """HeldUntilPost tells two requests in flight at once from two sent one after the other: two
+    calls sent at once, each held until the other's comes, meet whichever arrives first; a call
+    sent after the held one ended cannot (its wait ends at its bound, which decides nothing: no
+    call comes while it is held)."""
+    search, email = HeldUntilPost("send_email", HELD_S), HeldUntilPost("search", HELD_S, JsonRpcError())
+    apart = HeldUntilPost("send_email", 0.2)
+    server.faults.add("search", search, apart)
+    server.faults.add("send_email", email)
+
+    async def refused_email(client: Client) -> None:
+        with pytest.raises(MCPError):  # `then`: the server's JSON-RPC error, the tool not run
+            await client.call_tool("send_email", {"to": "a@example.com", "body": "b"})
 
     async def both_at_once(client: Client) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(client.call_tool, "search", {"query": "held"})
-            group.start_soon(client.call_tool, "send_email", {"to": "a@example.com", "body": "b"})
+            group.start_soon(refused_email, client)
 
     async def scenario() -> None:
         async with Client(server.url, mode="2026-07-28") as client:
@@ -420,10 +429,11 @@ def test_a_post_held_until_another_goes_on_when_it_comes(server: ServerHandle) -
             await client.call_tool("send_email", {"to": "a@example.com", "body": "b"})
 
     run(scenario)
-    assert together.came.is_set()
+    assert search.came.is_set() and email.came.is_set()
     assert not apart.came.is_set()
-    # Each held request went on to the tool once it was let go.
-    assert (server.counters.executions("search"), server.counters.executions("send_email")) == (2, 2)
+    # Each held request went on once it was let go: to the tool, or to `then`.
+    assert (server.counters.executions("search"), server.counters.executions("send_email")) == (2, 1)
+    assert [fault for _, _, _, fault in server.faults.applied()] == ["HeldUntilPost"] * 3
 
 
 def test_a_protocol_request_can_be_throttled_too(server: ServerHandle) -> None:
