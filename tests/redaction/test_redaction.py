@@ -774,6 +774,37 @@ def test_a_captured_mcp_name_header_of_a_tasks_request_is_masked(spelling: str) 
     assert got[f"http.request.header.{spelling}"] == (MASK,)
 
 
+@pytest.mark.parametrize(
+    ("said", "name"),
+    [
+        ({}, TASK_ID),  # Mcp-Name captured alone: a poll of a task another process created
+        ({"http.request.header.mcp_method": ("resources/read",)}, "file:///home/ana/plans.txt"),
+        ({"http.request.header.mcp_method": ("tools/call", "tasks/get")}, TASK_ID),
+        ({t.MCP_METHOD_NAME: "initialize"}, TASK_ID),
+    ],
+)
+def test_a_captured_mcp_name_header_no_span_says_names_a_tool_or_prompt_is_masked(
+    said: dict[str, Any], name: str
+) -> None:
+    """Fail closed: unless the span says its request names a tool or a prompt, `Mcp-Name` may hold a
+    task id (fastmcp-tasks 4.1.8 sends one on every poll) or a resource's URI, a path."""
+    got = span_with({**said, "http.request.header.mcp_name": (name,), "app.mcp_name": name})
+    assert got == {**said, "http.request.header.mcp_name": (MASK,), "app.mcp_name": MASK}
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        {"http.request.header.mcp_method": ("tools/call",)},
+        {"http.request.header.Mcp-Method": ("prompts/get",)},
+        {t.MCP_METHOD_NAME: "tools/call"},
+    ],
+)
+def test_a_captured_mcp_name_header_of_a_tool_or_prompt_is_left_alone(said: dict[str, Any]) -> None:
+    got = span_with({**said, "http.request.header.mcp_name": ("charge",)})
+    assert got == {**said, "http.request.header.mcp_name": ("charge",)}
+
+
 def test_the_component_key_of_any_other_span_is_left_alone() -> None:
     """On a tools/call span it names the tool (`tool:charge@`), no credential."""
     got = span_with({t.MCP_METHOD_NAME: "tools/call", "fastmcp.component.key": "tool:charge@"})
