@@ -16,8 +16,6 @@ Two things hold, against the real server (harness/server.py: `lookup` and `trans
 from __future__ import annotations
 
 import json
-import os
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +25,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tests.support.autoinstrument import under_instrument
+from tests.support.autoinstrument import app_env, under_instrument
 from tests.support.telemetry import Telemetry, records
 
-import otel_mcp_replay
 from harness.client import ERAS, Client, McpError
 from harness.receiver import OtlpReceiver
 from harness.server import Counters, ServerHandle, build_server, running_server
@@ -43,9 +40,6 @@ pytestmark = pytest.mark.anyio
 
 ACCOUNT = "ACCT-Canary4471"  # a tool argument the SDK mirrors into Mcp-Param-Account
 KEY = "idem-Canary4472"  # the idempotency key's value, mirrored into Mcp-Param-Key
-BIN = Path(sys.executable).parent
-SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
-ROOT = Path(__file__).resolve().parents[2]
 
 needs_modern = pytest.mark.skipif(MODERN not in ERAS, reason="the installed mcp line has no 2026-07-28 era")
 
@@ -170,23 +164,14 @@ def run_app(
 ) -> None:
     script = tmp_path / "app.py"
     script.write_text(APP)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join((str(SOURCE), str(ROOT)))
-    env.update(
-        {
-            "OTEL_PYTHON_CONFIGURATOR": configurator,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "mirrored-headers",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
-            # A standard setting: capture every request header the client sends.
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": ".*",
-            "OTEL_PYTHON_MCP_REPLAY_SERVERS": json.dumps(declared(server)),
-            **extra_env,
-        }
+    env = app_env(
+        receiver,
+        "mirrored-headers",
+        configurator,
+        # A standard setting: capture every request header the client sends.
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST=".*",
+        OTEL_PYTHON_MCP_REPLAY_SERVERS=json.dumps(declared(server)),
+        **extra_env,
     )
     done = under_instrument(tmp_path, env, script, server.url, mode, ACCOUNT, KEY)
     assert done.returncode == 0 and "app-done" in done.stdout, done.stderr[-3000:]

@@ -110,6 +110,29 @@ class Target(ThreadingHTTPServer):
 
 # The source tree this test imports: the app under test imports the same one, first on its path.
 SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the harness the apps import
+
+
+def app_env(receiver: OtlpReceiver, service: str, configurator: str, **extra: str) -> dict[str, str]:
+    """An app's environment: this process's without its OTEL_ settings, the plugin's source and the
+    repository (the harness) on its path, `configurator`, its spans to `receiver` over OTLP/HTTP
+    (batched every 100 ms), no metrics or logs exported, and `extra`."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env["PYTHONPATH"] = os.pathsep.join((str(SOURCE), str(ROOT)))
+    env.update(
+        {
+            "OTEL_PYTHON_CONFIGURATOR": configurator,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_SERVICE_NAME": service,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            **extra,
+        }
+    )
+    return env
 
 
 def under_instrument(

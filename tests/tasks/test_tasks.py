@@ -5,7 +5,7 @@ handle, pydantic-ai's `direct_call_tool(use_task=True)`, and `mcp.Client` with t
 Faults are injected at the ASGI level on the `tasks/get` POSTs (the harness's injector) and counted
 on the server, the ground truth: a changing tool never runs twice; every record says how the task
 ended; the polls' attempts are `POST` spans under the call span. Runs in its own environment
-(.venv-tasks: fastmcp 4.1.4 with fastmcp-tasks 4.1.4, pydantic-ai-slim 2.78; scripts/test-lines).
+(.venv-tasks: fastmcp-slim 4.1.8 with fastmcp-tasks 4.1.8, pydantic-ai-slim 2.78; scripts/test-lines).
 """
 
 from __future__ import annotations
