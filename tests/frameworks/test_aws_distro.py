@@ -1,4 +1,4 @@
-"""Beside aws-opentelemetry-distro 0.21.0 (mcp 1.x): one MCP client span per call, redaction on.
+"""Beside aws-opentelemetry-distro 0.22.0 (mcp 1.x): one MCP client span per call, redaction on.
 
 The distro's `aws_mcp` instrumentation wraps `BaseSession.send_request` and opens a CLIENT span
 `mcp tools/call <tool>` for each request, injecting its context into `_meta`; it records the tool's
@@ -13,7 +13,7 @@ the server's span (the distro's server instrumentation, reading `_meta`) its chi
 span passes redaction (the distro's configurator's exporters are put behind it when the plugin is
 instrumented): no canary of the arguments, no raw session id. The law holds: the server counts.
 
-The distro pins OpenTelemetry 1.44 and mcp < 2: it runs in an environment of its own
+The distro pins OpenTelemetry 1.45.1 (0.21.0: 1.44) and mcp < 2: it runs in an environment of its own
 (.venv-fw-aws, scripts/test-lines); elsewhere this file is skipped.
 """
 
