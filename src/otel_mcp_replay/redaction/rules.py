@@ -13,11 +13,11 @@ once per key by the first of these that applies:
   6. `url.query` / `url.fragment`                                               -> their values masked
   7. anything else                                                              -> text rules only
 and on a span of a task's request (`tasks/*`), the task id it holds (fastmcp's component key, a
-captured `Mcp-Name` header) is masked, as is a captured `Mcp-Name` header on any span that does not say
-(by `mcp.method.name` or a captured `Mcp-Method`) that its request names a tool or a prompt (fail
-closed: there it may be a task id or a resource's URI), and a task id the plugin's calls saw (the
-`TaskIds` redact is given, task_ids.py) wherever a text holds one: a server may use task ids as
-bearer tokens (SEP-2663);
+captured `Mcp-Name` header) is masked, as is a captured `Mcp-Name` header on any span that does not
+say (by `mcp.method.name` or a captured `Mcp-Method`) that its request names a tool or a prompt
+(fail closed: there it may be a task id or a resource's URI; request_names.py), and a task id the
+plugin's calls saw (the `TaskIds` redact is given, task_ids.py) wherever a text holds one: a server
+may use task ids as bearer tokens (SEP-2663);
 then every string that is not masked or hashed goes through the text rules (text.py), as does the
 span's status description. The `mcp.tool.request_attempts` record passes the allow-list (record.py)
 or is refused whole; a record value a key or text rule would change is replaced whole by "REDACTED",
@@ -43,7 +43,7 @@ from opentelemetry.util.types import Attributes
 
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.record import Vouches, validate_record
-from otel_mcp_replay.redaction import keys
+from otel_mcp_replay.redaction import keys, request_names
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
 from otel_mcp_replay.redaction.task_ids import TaskIds
 from otel_mcp_replay.redaction.text import MASK, TextRules
@@ -147,9 +147,9 @@ class RedactionRules:
         return action
 
     def _classify(self, key: str) -> int:
-        if _header_of(key, "method") and len(self._method_headers) < CACHE_MAX:
+        if request_names.header_of(key, "method") and len(self._method_headers) < CACHE_MAX:
             self._method_headers.add(key)  # a captured Mcp-Method header: says what the request is
-        if _header_of(key, "name"):
+        if request_names.header_of(key, "name"):
             self._names_captured = True  # from now on each span's Mcp-Name header is looked for
         if any(pattern.search(key) for pattern in self._key_patterns):
             return MASKED
@@ -313,12 +313,9 @@ class RedactionRules:
         """
         hash_sessions = not isinstance(span, RedactedSpan)
         attributes = self.attributes(span.attributes, hash_sessions)
-        # A task id, a credential (SEP-2663), under keys of its own on a span of a task's request;
-        # a captured Mcp-Name header wherever the span does not say it names a tool or a prompt.
-        of_a_task = _of_a_task(span.attributes, self._method_headers)
-        if of_a_task or (self._names_captured and not _names_only(span.attributes, self._method_headers)):
-            held = span.attributes if attributes is None else attributes
-            attributes = _secrets_masked(held, of_a_task) or attributes
+        # A request's name where it may be a secret: a task id, a resource's URI (request_names.py).
+        if self._names_captured or request_names.of_a_task(span.attributes, self._method_headers):
+            attributes = request_names.masked(span.attributes, attributes, self._method_headers) or attributes
 
         refused = 0
         events: list[Event] | None = None
@@ -363,72 +360,6 @@ class RedactionRules:
             ),
             refused,
         )
-
-
-# Where a span of a task's request (`tasks/get`, `tasks/update`, `tasks/cancel`) holds its task id:
-# fastmcp's component key (on a `tools/call` span it names the tool), and the captured `Mcp-Name`
-# request header (the spec: over HTTP, `tasks/*` carry `Mcp-Name` = the task id, and fastmcp-tasks
-# sends it from 4.1.8), however the attribute spells the header.
-_TASK_ID_KEYS: Final = frozenset({"fastmcp.component.key"})
-_TASK_METHOD_PREFIX: Final = "tasks/"
-# The requests whose `Mcp-Name` is a name, no secret: a tool's, a prompt's. Elsewhere it is a task id
-# or a resource's URI (a path), and where the span says no method (an app may capture `Mcp-Name`
-# alone, and poll a task another process created) it may be either: masked (fail closed).
-_NAMING_METHODS: Final = frozenset({"tools/call", "prompts/get"})
-
-
-def _of_a_task(attributes: Attributes, method_headers: Iterable[str]) -> bool:
-    """A span of a task's request: its `mcp.method.name`, or a captured `Mcp-Method` header (one of
-    `method_headers`, the keys seen so spelt), says `tasks/...`."""
-    if not attributes:
-        return False
-    for key in (t.MCP_METHOD_NAME, *method_headers):
-        value = attributes.get(key)
-        values = value if type(value) is tuple or type(value) is list else (value,)
-        if any(type(v) is str and v.startswith(_TASK_METHOD_PREFIX) for v in values):
-            return True
-    return False
-
-
-def _names_only(attributes: Attributes, method_headers: Iterable[str]) -> bool:
-    """A span whose request's `Mcp-Name` names a tool or a prompt: the methods it says (as
-    `_of_a_task` reads them) are such methods, and it says one."""
-    if not attributes:
-        return False
-    said = False
-    for key in (t.MCP_METHOD_NAME, *method_headers):
-        value = attributes.get(key)
-        for method in value if type(value) is tuple or type(value) is list else (value,):
-            if type(method) is str:
-                if method not in _NAMING_METHODS:
-                    return False
-                said = True
-    return said
-
-
-def _header_of(key: str, name: str) -> bool:
-    """`key` spells a captured `Mcp-<name>` header (`http.request.header.mcp-name`, `mcp_name`, ...)."""
-    return "mcp" in key.lower() and keys.key_words(key)[-2:] == ["mcp", name]
-
-
-def _secrets_masked(attributes: Attributes, of_a_task: bool) -> dict[str, Any] | None:
-    """A copy of a span's attributes with its captured `Mcp-Name` header masked, and on a task's span
-    its task id wherever else it is held; None when there is nothing to mask."""
-    masked = [
-        key for key in attributes or () if (of_a_task and key in _TASK_ID_KEYS) or _header_of(key, "name")
-    ]
-    if not masked:
-        return None
-    copied = plain_dict(attributes)
-    changed = False
-    for key in masked:
-        value = copied[key]
-        if isinstance(value, (tuple, list)):
-            if any(item != MASK for item in value):
-                copied[key], changed = (MASK,) * len(value), True
-        elif value != MASK:
-            copied[key], changed = MASK, True
-    return copied if changed else None
 
 
 def _task_ids_masked(
