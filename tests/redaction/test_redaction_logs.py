@@ -14,7 +14,6 @@ same canaries leak without it.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
-from tests.support.autoinstrument import SOURCE, under_instrument
+from tests.support.autoinstrument import app_env, under_instrument
 from tests.support.records import full_record
 
 from harness.receiver import OtlpReceiver
@@ -231,22 +230,14 @@ SCRIPT = textwrap.dedent(
 def run_app(tmp_path: Path, receiver: OtlpReceiver, url: str, configurator: str, **extra: str) -> None:
     script = tmp_path / "app.py"
     script.write_text(SCRIPT)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join((str(SOURCE.parent), str(SOURCE)))
-    env.update(
-        {
-            "OTEL_PYTHON_CONFIGURATOR": configurator,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "log-redaction-e2e",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
-            "OTEL_BLRP_SCHEDULE_DELAY": "100",
-            "OTEL_PYTHON_MCP_REPLAY_RECORD": "log",
-            **extra,
-        }
+    env = app_env(
+        receiver,
+        "log-redaction-e2e",
+        configurator,
+        OTEL_LOGS_EXPORTER="otlp",
+        OTEL_BLRP_SCHEDULE_DELAY="100",
+        OTEL_PYTHON_MCP_REPLAY_RECORD="log",
+        **extra,
     )
     done = under_instrument(tmp_path, env, script, url, CANARY)
     assert done.returncode == 0 and "script-done" in done.stdout, done.stderr[-3000:]

@@ -113,15 +113,18 @@ SOURCE = Path(otel_mcp_replay.__file__).resolve().parent.parent
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the harness the apps import
 
 
-def app_env(receiver: OtlpReceiver, service: str, configurator: str, **extra: str) -> dict[str, str]:
-    """An app's environment: this process's without its OTEL_ settings, the plugin's source and the
-    repository (the harness) on its path, `configurator`, its spans to `receiver` over OTLP/HTTP
-    (batched every 100 ms), no metrics or logs exported, and `extra`."""
+def app_env(
+    receiver: OtlpReceiver, service: str, configurator: str | None, *, path: Sequence[Path] = (), **extra: str
+) -> dict[str, str]:
+    """An app's environment: this process's without its OTEL_ settings, `path`, the plugin's source
+    and the repository (the harness) on its path, `configurator` (None: none named), its spans to
+    `receiver` over OTLP/HTTP (batched every 100 ms), no metrics or logs exported, and `extra`."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join((str(SOURCE), str(ROOT)))
+    env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in (*path, SOURCE, ROOT))
+    if configurator is not None:
+        env["OTEL_PYTHON_CONFIGURATOR"] = configurator
     env.update(
         {
-            "OTEL_PYTHON_CONFIGURATOR": configurator,
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
@@ -157,28 +160,17 @@ def run_instrumented(
     `configurator` is None, and `path` first on PYTHONPATH); its stderr."""
     script = tmp_path / "app.py"
     script.write_text(SCRIPT)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in [*path, SOURCE])
-    if configurator is not None:
-        env["OTEL_PYTHON_CONFIGURATOR"] = configurator
-    env.update(
-        {
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "redaction-e2e",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
-            # Ask the httpx2 instrumentor to record the very headers that carry secrets.
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": "authorization,mcp-session-id",
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_RESPONSE": "set-cookie,mcp-session-id",
-            # Old and new HTTP conventions both: http.url and url.full.
-            "OTEL_SEMCONV_STABILITY_OPT_IN": "http/dup",
-            ENV_SESSION_KEY: SESSION_KEY,
-            ENV_REDACT_VALUES: r"CUST-[0-9]+",
-            **extra_env,
-        }
+    env = app_env(
+        receiver,
+        "redaction-e2e",
+        configurator,
+        path=path,
+        # Ask the httpx2 instrumentor to record the very headers that carry secrets.
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST="authorization,mcp-session-id",
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_RESPONSE="set-cookie,mcp-session-id",
+        # Old and new HTTP conventions both: http.url and url.full.
+        OTEL_SEMCONV_STABILITY_OPT_IN="http/dup",
+        **{ENV_SESSION_KEY: SESSION_KEY, ENV_REDACT_VALUES: r"CUST-[0-9]+", **extra_env},  # extra_env wins
     )
     done = under_instrument(tmp_path, env, script, json.dumps(CANARIES), str(target.server_address[1]))
     assert done.returncode == 0 and "script-done" in done.stdout, done.stderr[-3000:]

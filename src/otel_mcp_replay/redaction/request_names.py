@@ -12,7 +12,7 @@ be any of these: masked (fail closed). What a span says: its `mcp.method.name`, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from opentelemetry.util.types import Attributes
@@ -20,7 +20,7 @@ from opentelemetry.util.types import Attributes
 from otel_mcp_replay import telemetry as t
 from otel_mcp_replay.redaction import keys
 from otel_mcp_replay.redaction.spans import plain_dict
-from otel_mcp_replay.redaction.text import MASK
+from otel_mcp_replay.redaction.text import masked_whole
 
 # Where a span of a task's request holds its task id besides `Mcp-Name` (on a `tools/call` span
 # fastmcp's component key names the tool).
@@ -50,38 +50,29 @@ def masked(said: Attributes, held: Attributes, method_headers: Iterable[str]) ->
     changed = False
     for key in found:
         value = copied[key]
-        if isinstance(value, (tuple, list)):
-            if any(item != MASK for item in value):
-                copied[key], changed = (MASK,) * len(value), True
-        elif value != MASK:
-            copied[key], changed = MASK, True
+        copied[key] = masked_whole(value)
+        changed = changed or copied[key] is not value
     return copied if changed else None
 
 
 def of_a_task(attributes: Attributes, method_headers: Iterable[str]) -> bool:
-    """A span of a task's request: its `mcp.method.name`, or a captured `Mcp-Method` header (one of
-    `method_headers`), says `tasks/...`."""
-    if not attributes:
-        return False
-    for key in (t.MCP_METHOD_NAME, *method_headers):
-        value = attributes.get(key)
-        values = value if type(value) is tuple or type(value) is list else (value,)
-        if any(type(v) is str and v.startswith(_TASK_METHOD_PREFIX) for v in values):
-            return True
-    return False
+    """A span of a task's request: it says `tasks/...`."""
+    return any(method.startswith(_TASK_METHOD_PREFIX) for method in _methods(attributes, method_headers))
 
 
 def _names_only(attributes: Attributes, method_headers: Iterable[str]) -> bool:
-    """A span whose request's `Mcp-Name` names a tool or a prompt: the methods it says (read as
-    `of_a_task` reads them) are such methods, and it says one."""
+    """A span whose request's `Mcp-Name` names a tool or a prompt: it says such methods, and no other."""
+    said = list(_methods(attributes, method_headers))
+    return bool(said) and all(method in _NAMING_METHODS for method in said)
+
+
+def _methods(attributes: Attributes, method_headers: Iterable[str]) -> Iterator[str]:
+    """The methods a span says its request is: its `mcp.method.name`, and each captured `Mcp-Method`
+    header (one of `method_headers`)."""
     if not attributes:
-        return False
-    said = False
+        return
     for key in (t.MCP_METHOD_NAME, *method_headers):
         value = attributes.get(key)
         for method in value if type(value) is tuple or type(value) is list else (value,):
             if type(method) is str:
-                if method not in _NAMING_METHODS:
-                    return False
-                said = True
-    return said
+                yield method

@@ -46,7 +46,7 @@ from otel_mcp_replay.record import Vouches, validate_record
 from otel_mcp_replay.redaction import keys, request_names
 from otel_mcp_replay.redaction.spans import RedactedEvent, RedactedLink, RedactedSpan, plain_dict
 from otel_mcp_replay.redaction.task_ids import TaskIds
-from otel_mcp_replay.redaction.text import MASK, TextRules
+from otel_mcp_replay.redaction.text import MASK, TextRules, masked_whole
 from otel_mcp_replay.redaction.urls import URL_MASK, mask_params, mask_url
 from otel_mcp_replay.redaction.user_rules import UserRules
 
@@ -210,7 +210,7 @@ class RedactionRules:
         if not value:
             return value
         if action == MASKED:
-            return value if all(item == MASK for item in value) else (MASK,) * len(value)
+            return masked_whole(value)
         if action == PLAIN:
             try:
                 joined = "\x00".join(value)  # triggers hold no NUL: one test for every item

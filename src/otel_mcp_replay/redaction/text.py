@@ -22,6 +22,15 @@ from otel_mcp_replay.redaction.user_rules import Pattern, compile_re2
 
 MASK: Final = "[REDACTED]"
 
+
+def masked_whole(value: Any) -> Any:
+    """`value` masked whole (a sequence item by item, keeping its length), or `value` itself when it
+    already is."""
+    if type(value) is tuple or type(value) is list:
+        return value if all(item == MASK for item in value) else (MASK,) * len(value)
+    return value if value == MASK else MASK
+
+
 _SECRET_VALUE: Final = compile_re2(
     r"((?:token|secret|password|passwd|pwd|passphrase|api[_\-]?key|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|auth|cookie|signature)[\"']?[ \t]*[=:][ \t]*(?:(?:bearer|basic)[ \t]+)?)"
