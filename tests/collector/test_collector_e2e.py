@@ -1,7 +1,7 @@
 """collector-config/ run for real: the Collector it builds, in front of Jaeger v2, fed by the demo's agent.
 
 The binaries are real upstream builds (scripts/otel-binaries): the Collector v0.161.0 of
-collector-config/builder-config.yaml and Jaeger v2 (module v1.76.0), each on free 127.0.0.1 ports,
+collector-config/builder-config.yaml and Jaeger v2 (module v1.75.0), each on free 127.0.0.1 ports,
 each shipped config run unchanged (its settings by environment). The traffic is the demo's agent
 (examples/agent.py under opentelemetry-instrument) against the harness server, or, for redaction, an
 app that exports without the plugin's configurator. What Jaeger holds is read from its query API,
@@ -287,7 +287,7 @@ def test_the_binaries_are_the_pinned_releases(bins: o.Binaries) -> None:
     collector = subprocess.run([str(bins.otelcol), "--version"], capture_output=True, text=True, timeout=60)
     assert "0.161.0" in collector.stdout, collector.stdout + collector.stderr
     jaeger = subprocess.run([str(bins.jaeger), "version"], capture_output=True, text=True, timeout=60)
-    assert "v2.13.0" in jaeger.stdout + jaeger.stderr, jaeger.stdout + jaeger.stderr
+    assert "v2.12.0" in jaeger.stdout + jaeger.stderr, jaeger.stdout + jaeger.stderr
 
 
 def test_the_build_script_finds_what_it_built_and_builds_nothing_again(bins: o.Binaries) -> None:
@@ -298,7 +298,7 @@ def test_the_build_script_finds_what_it_built_and_builds_nothing_again(bins: o.B
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [f"OTELCOL={bins.otelcol}", f"JAEGER={bins.jaeger}"]
-    assert "/otelcol/v0.161.0-" in str(bins.otelcol) and "/jaeger/v1.76.0/" in str(bins.jaeger)
+    assert "/otelcol/v0.161.0-" in str(bins.otelcol) and "/jaeger/v1.75.0/" in str(bins.jaeger)
 
 
 def test_jaeger_serves_its_query_api_and_only_a_placeholder_ui(jaeger: o.Jaeger) -> None:
