@@ -2,9 +2,9 @@
 
 The rule kept here: every process started is stopped on exit (terminated, then killed), each listens
 only on 127.0.0.1, and every wait is a bounded poll that guards a hang and decides nothing. The
-server programs are ours (conformance/servers/), built on the TypeScript SDK, the Go SDK, rmcp,
-fastmcp and the Java SDK by scripts/conformance-servers into the user's cache; each serves the same
-five tools at `/mcp` and counts their executions, read at `/count` without a tool call: the ground
+server programs are ours (conformance/servers/), built on the TypeScript SDK (1.x and v2), the Go
+SDK, rmcp, fastmcp and the Java SDK by scripts/conformance-servers into the user's cache; each serves
+the same five tools at `/mcp` and counts their executions, read at `/count` without a tool call: the ground
 truth. A mode may put nginx in front, gzipping event streams and JSON as a deployment does; the
 faults are injected in front of all of it, on the TCP connection (harness/proxy.py's `TcpProxy`).
 """
@@ -94,11 +94,19 @@ class ServerMode:
 
 
 TYPESCRIPT: Final = "typescript"
+TYPESCRIPT_V2: Final = "typescript-v2"
 GO: Final = "go"
 RUST: Final = "rust"
 FASTMCP: Final = "fastmcp"
 JAVA: Final = "java"
-VERSIONS: Final = {TYPESCRIPT: "1.32.2", GO: "v1.8.0", RUST: "3.11.0", FASTMCP: "4.2.3", JAVA: "2.2.0"}
+VERSIONS: Final = {
+    TYPESCRIPT: "1.32.2",
+    TYPESCRIPT_V2: "2.4.0",
+    GO: "v1.8.0",
+    RUST: "3.11.0",
+    FASTMCP: "4.2.3",
+    JAVA: "2.2.0",
+}
 BOTH: Final = (LEGACY, MODERN)
 
 
@@ -112,6 +120,10 @@ def _modes() -> tuple[ServerMode, ...]:
         m(TYPESCRIPT, "json"),  # stateless, enableJsonResponse
         m(TYPESCRIPT, "stateful"),  # session ids
         m(TYPESCRIPT, "resumable"),  # session ids and an EventStore
+        # The TypeScript SDK v2 (@modelcontextprotocol/server) speaks both eras in each mode.
+        m(TYPESCRIPT_V2, "handler", BOTH),  # createMcpHandler: JSON answers; the 2025 era stateless, SSE
+        m(TYPESCRIPT_V2, "sse", BOTH),  # the same, every 2026-07-28 answer an event stream
+        m(TYPESCRIPT_V2, "stateful", BOTH),  # the 2025 era routed by isLegacyRequest: session ids
         # The Go SDK speaks 2026-07-28 in its stateless mode only.
         m(GO, "sse"),
         m(GO, "json"),
@@ -131,6 +143,7 @@ def _modes() -> tuple[ServerMode, ...]:
         m(JAVA, "modern", (MODERN,)),  # HttpServletMcpTransport: JSON answers
         m(JAVA, "modern-streaming", (MODERN,)),  # each tool answers with McpSyncResponse.streaming: SSE
         m(TYPESCRIPT, "stateful", gzip=True),
+        m(TYPESCRIPT_V2, "sse", BOTH, gzip=True),
         m(GO, "json", gzip=True),
         m(RUST, "session", BOTH, gzip=True),
         m(FASTMCP, "sse", BOTH, gzip=True),
@@ -159,6 +172,8 @@ def builds() -> dict[str, str]:
 def command(mode: ServerMode, built: dict[str, str]) -> list[str]:
     if mode.server == TYPESCRIPT:
         return [shutil.which("node") or "node", built["TYPESCRIPT_SERVER"], mode.mode]
+    if mode.server == TYPESCRIPT_V2:
+        return [shutil.which("node") or "node", built["TYPESCRIPT_V2_SERVER"], mode.mode]
     if mode.server == GO:
         return [built["GO_SERVER"], "-mode", mode.mode]
     if mode.server == RUST:

@@ -1,8 +1,8 @@
 """The conformance matrix: the law against MCP servers this project did not write (issue 40).
 
-Each cell is one server in one mode (harness/conformance.py's MATRIX: the TypeScript SDK, the Go
-SDK, rmcp, fastmcp and the Java SDK, each in its modes, and nginx gzipping in front of some), one
-protocol era it speaks, and one case: a clean call, a 429 then a 200, a cut before the request
+Each cell is one server in one mode (harness/conformance.py's MATRIX: the TypeScript SDK 1.x and
+v2, the Go SDK, rmcp, fastmcp and the Java SDK, each in its modes, and nginx gzipping in front of
+some), one protocol era it speaks, and one case: a clean call, a 429 then a 200, a cut before the request
 arrived, a cut after the tool ran then a blind repeat on a new client, a tool error (`isError`), the
 server's JSON-RPC error, a large answer. The case runs plain (no plugin), then instrumented
 (app-authorized, `search` declared repeatable on a throttle or a cut, `charge` declared changing),
@@ -149,7 +149,7 @@ def _row(
     if compat and compat != got:
         got += f" (compatibility: {compat})"
     record = f"true: {m.facts(found)}" if not wrong else "FALSE: " + "; ".join(wrong)
-    mode_name = mode.name.partition("-")[2]
+    mode_name = mode.name.removeprefix(f"{mode.server}-")  # (a server's name may hold a hyphen)
     return m.Cell(
         mode.server, mode.version, mode_name, era, case, plain, got, "/".join(map(str, executions)), record
     )
