@@ -1,6 +1,7 @@
 """Task-backed calls (the MCP tasks extension, SEP-2663) against a real fastmcp server whose tools
-run as tasks, for each client that drives one: fastmcp's `Client.call_tool`, a `call_tool_task`
-handle, pydantic-ai's `direct_call_tool(use_task=True)`, and `mcp.Client` with the tasks extension.
+run as tasks, for each client that drives one (tests/support/task_calls.py): fastmcp's
+`Client.call_tool`, a `call_tool_task` handle, pydantic-ai's `direct_call_tool(use_task=True)`, and
+`mcp.Client` with the tasks extension.
 
 Faults are injected at the ASGI level on the `tasks/get` POSTs (the harness's injector) and counted
 on the server, the ground truth: a changing tool never runs twice; every record says how the task
@@ -13,8 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -22,7 +22,6 @@ import fastmcp
 import mcp_types
 import pytest
 from fastmcp_tasks import call_tool_task
-from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client_models import (
     CancelTaskRequest,
     CancelTaskRequestParams,
@@ -30,11 +29,22 @@ from fastmcp_tasks.client_models import (
     GetTaskRequest,
     GetTaskRequestParams,
 )
-from mcp import Client as McpClient
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from pydantic_ai.mcp import MCPToolset
+from tests.support.task_calls import (
+    CHARGE,
+    DRIVERS,
+    Call,
+    Driver,
+    assert_ended_badly,
+    attempt_posts,
+    error_type_is,
+    result_text,
+    span_tree,
+    task_call_span,
+    task_record,
+    task_records,
+)
 from tests.support.task_server import TaskMisnaming, running_task_server
 from tests.support.telemetry import OLD_HTTP_STATUS, Telemetry, is_attempt, records
 
@@ -44,73 +54,6 @@ from otel_mcp_replay import RedactingSpanExporter, RepeatRefusedError, UnknownEf
 from otel_mcp_replay import telemetry as t
 
 pytestmark = pytest.mark.anyio
-
-CHARGE = ("charge", {"amount": 7})
-
-# Each client, as its users call a tool that the server runs as a task: an async context holding a
-# connected client, and its call (returns the result's text, raises as the client raises).
-Call = Callable[[str, dict[str, Any]], Awaitable[str]]
-Driver = Callable[[str], AbstractAsyncContextManager[tuple[Call, Any]]]
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(block, "text", "") for block in result.content)
-
-
-@asynccontextmanager
-async def _fastmcp(url: str) -> AsyncIterator[tuple[Call, Any]]:
-    async with fastmcp.Client(url) as client:
-
-        async def call(tool: str, args: dict[str, Any]) -> str:
-            return _text(await client.call_tool(tool, args))
-
-        yield call, client.session
-
-
-@asynccontextmanager
-async def _handle(url: str) -> AsyncIterator[tuple[Call, Any]]:
-    async with fastmcp.Client(url) as client:
-
-        async def call(tool: str, args: dict[str, Any]) -> str:
-            task = await call_tool_task(client, tool, args)
-            return _text(await task.result())
-
-        yield call, client.session
-
-
-@asynccontextmanager
-async def _pydantic_ai(url: str) -> AsyncIterator[tuple[Call, Any]]:
-    async with MCPToolset(url, tool_error_behavior="error") as toolset:
-
-        async def call(tool: str, args: dict[str, Any]) -> str:
-            return str(await toolset.direct_call_tool(tool, args, use_task=True))
-
-        yield call, toolset.client.session
-
-
-@asynccontextmanager
-async def _mcp_client(url: str) -> AsyncIterator[tuple[Call, Any]]:
-    async with McpClient(url, extensions=[TasksClientExtension()]) as client:
-
-        async def call(tool: str, args: dict[str, Any]) -> str:
-            result = await client.call_tool(tool, args)
-            if result.is_error:  # the tasks extension's resolver turns a failed task into one
-                raise _ToolErrorResult(_text(result))
-            return _text(result)
-
-        yield call, client.session
-
-
-class _ToolErrorResult(Exception):
-    """mcp.Client returns an isError result where the fastmcp clients raise ToolError."""
-
-
-DRIVERS: dict[str, Driver] = {
-    "fastmcp": _fastmcp,
-    "handle": _handle,
-    "pydantic-ai": _pydantic_ai,
-    "mcp.Client": _mcp_client,
-}
 
 
 @pytest.fixture(params=list(DRIVERS))
@@ -151,103 +94,14 @@ def print_trees(request: pytest.FixtureRequest, server: ServerHandle, telemetry:
             for tool in ("charge", "report", "declined", "broken", "slow")
         }
         ran = ", ".join(f"{tool} {n}" for tool, n in counted.items() if n)
-        print(f"\n## {request.node.name}: executions {ran}\n{tree(telemetry)}")
+        print(f"\n## {request.node.name}: executions {ran}\n{span_tree(telemetry)}")
 
 
 # -- reading what was exported --
 
 
-def _call_span(telemetry: Telemetry, tool: str) -> ReadableSpan:
-    found = [
-        s
-        for s in telemetry.spans()
-        if s.name == f"tools/call {tool}"
-        and any(e.name == t.RECORD_EVENT and t.TASK in (e.attributes or {}) for e in s.events)
-    ]
-    assert len(found) == 1, [s.name for s in telemetry.spans()]
-    return found[0]
-
-
-def _error_type_is(call_span: ReadableSpan, expected: str) -> None:
-    """The call's error.type: the plugin's word on its own span. fastmcp's span of the call, which the
-    plugin enriches, is written by fastmcp as its call ends, after the plugin (docs/contract.md): its
-    own error.type stands there."""
-    value = (call_span.attributes or {}).get(t.ERROR_TYPE)
-    scope = call_span.instrumentation_scope
-    if scope is not None and scope.name == t.INSTRUMENTATION_NAME:
-        assert value == expected, (value, expected)
-    else:
-        assert value is not None
-
-
-def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
-    assert parent.context is not None
-    parent_id = parent.context.span_id
-    return [s for s in telemetry.spans() if s.parent is not None and s.parent.span_id == parent_id]
-
-
-def _posts(telemetry: Telemetry, call_span: ReadableSpan) -> list[ReadableSpan]:
-    """The attempt spans under the call span: its creating request's, then its polls'. Under an outer
-    MCP client span of the call that ended before its task (fastmcp's around a `call_tool_task`
-    handle), the call span is the plugin's own under it, and the attempts stayed under that one."""
-    holders = [call_span]
-    outer = [
-        s
-        for s in telemetry.spans()
-        if call_span.parent is not None and s.context.span_id == call_span.parent.span_id
-    ]
-    if outer and outer[0].kind is SpanKind.CLIENT:
-        same_call = (t.MCP_METHOD_NAME, t.GEN_AI_TOOL_NAME)
-        if all((outer[0].attributes or {}).get(k) == (call_span.attributes or {}).get(k) for k in same_call):
-            holders.append(outer[0])
-    spans = [s for holder in holders for s in _children(telemetry, holder) if s.name == "POST"]
-    return sorted(spans, key=lambda s: s.start_time or 0)
-
-
 def _tasks_gets(server: ServerHandle) -> int:
     return sum(1 for p in server.counters.post_log() if p.method == "tasks/get")
-
-
-def _task_record(telemetry: Telemetry, tool: str = "charge") -> dict[str, Any]:
-    found = _task_records(telemetry, tool)
-    assert len(found) == 1, found
-    return found[0]
-
-
-def _task_records(telemetry: Telemetry, tool: str = "charge") -> list[dict[str, Any]]:
-    return [r for r in records(telemetry) if r[t.GEN_AI_TOOL_NAME] == tool and t.TASK in r]
-
-
-def tree(telemetry: Telemetry) -> str:
-    """The exported spans as an indented tree (for the report and a failing assertion)."""
-    spans = telemetry.spans()
-    by_parent: dict[int | None, list[ReadableSpan]] = {}
-    ids = {s.context.span_id for s in spans if s.context is not None}
-    for s in spans:
-        parent = s.parent.span_id if s.parent is not None and s.parent.span_id in ids else None
-        by_parent.setdefault(parent, []).append(s)
-    lines: list[str] = []
-
-    def walk(parent: int | None, depth: int) -> None:
-        for s in sorted(by_parent.get(parent, []), key=lambda s: s.start_time or 0):
-            a = s.attributes or {}
-            facts = [
-                f"{k}={a[k]}"
-                for k in (t.ATTEMPT, t.FAILURE, t.HTTP_STATUS_CODE, t.VERDICT, t.ERROR_TYPE, t.MAY_HAVE_RUN)
-                if k in a
-            ]
-            task = [
-                f"task.status={e.attributes[t.TASK_STATUS]}"
-                for e in s.events
-                if e.name == t.RECORD_EVENT and e.attributes and t.TASK_STATUS in e.attributes
-            ]
-            scope = s.instrumentation_scope.name if s.instrumentation_scope else ""
-            lines.append("  " * depth + f"{s.name} [{scope}] " + " ".join(facts + task))
-            assert s.context is not None
-            walk(s.context.span_id, depth + 1)
-
-    walk(None, 0)
-    return "\n".join(lines)
 
 
 # -- the cases, instrumented --
@@ -258,14 +112,14 @@ async def test_clean(instrumented: ServerHandle, driver: Driver, telemetry: Tele
     async with driver(server.url) as (call, _):
         assert await call(*CHARGE) == "charged 7"
     assert server.counters.executions("charge") == 1
-    record = _task_record(telemetry)
+    record = task_record(telemetry)
     assert record[t.VERDICT] == "completed" and record[t.EFFECT] == "applied"
     assert record[t.TASK_STATUS] == "completed" and str(record[t.TASK]).startswith("h:")
-    span = _call_span(telemetry, "charge")
+    span = task_call_span(telemetry, "charge")
     assert (span.attributes or {})[t.VERDICT] == "completed"
-    posts = _posts(telemetry, span)
+    posts = attempt_posts(telemetry, span)
     # The creating request's attempt, then one per poll: every tasks/get POST is under the call span.
-    assert len(posts) == 1 + _tasks_gets(server), tree(telemetry)
+    assert len(posts) == 1 + _tasks_gets(server), span_tree(telemetry)
     assert span.end_time is not None and all((p.end_time or 0) <= span.end_time for p in posts)
     # One point of the conventions' operation duration: the creating request's (they time one request).
     points = telemetry.metrics()[t.METRIC_OPERATION_DURATION]
@@ -282,9 +136,9 @@ async def test_a_cut_poll_is_repeated(
         polls = _tasks_gets(server)
         assert await call("report", {}) == "report"  # the session lives on
     assert server.counters.executions("charge") == 1
-    assert _task_record(telemetry)[t.VERDICT] == "completed"
-    posts = _posts(telemetry, _call_span(telemetry, "charge"))
-    assert [(p.attributes or {}).get(t.FAILURE) for p in posts].count("network") == 1, tree(telemetry)
+    assert task_record(telemetry)[t.VERDICT] == "completed"
+    posts = attempt_posts(telemetry, task_call_span(telemetry, "charge"))
+    assert [(p.attributes or {}).get(t.FAILURE) for p in posts].count("network") == 1, span_tree(telemetry)
     assert len(posts) == 1 + polls
 
 
@@ -303,8 +157,8 @@ async def test_throttled_polls(
             await _fails_unknown(call, session)
         assert await call("report", {}) == "report"  # the session lives on
     assert server.counters.executions("charge") == 1
-    record = _task_record(telemetry)
-    posts = _posts(telemetry, _call_span(telemetry, "charge"))
+    record = task_record(telemetry)
+    posts = attempt_posts(telemetry, task_call_span(telemetry, "charge"))
     # The HTTP instrumentation's default names (OTEL_SEMCONV_STABILITY_OPT_IN unset): the old status key.
     assert [(p.attributes or {}).get(OLD_HTTP_STATUS) for p in posts].count(429) == throttles
     if throttles == 1:
@@ -362,10 +216,10 @@ async def test_polls_cut_past_the_attempts_then_the_apps_recall(
         await _fails_unknown(call, session)
         assert await call("report", {}) == "report"
     assert server.counters.executions("charge") == 1
-    record = _task_record(telemetry)
+    record = task_record(telemetry)
     assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
     assert record[t.EFFECT] == "unknown"  # its task may still run
-    _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
+    error_type_is(task_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
 async def test_compatibility_too(
@@ -378,7 +232,7 @@ async def test_compatibility_too(
     async with driver(server.url) as (call, session):
         await _fails_unknown(call, session)
     assert server.counters.executions("charge") == 1
-    assert _task_record(telemetry)[t.MAY_HAVE_RUN] is True
+    assert task_record(telemetry)[t.MAY_HAVE_RUN] is True
 
 
 @pytest.mark.parametrize(
@@ -402,13 +256,7 @@ async def test_a_task_that_ends_badly(
         with pytest.raises(Exception):  # noqa: B017 (each client raises its own kind)
             await call(tool, {})
     assert server.counters.executions(tool) == 1
-    record = _task_record(telemetry, tool)
-    assert (record[t.VERDICT], record[t.TASK_STATUS], record[t.MAY_HAVE_RUN]) == (verdict, status, False)
-    call_span = _call_span(telemetry, tool)
-    _error_type_is(call_span, error_type)
-    span = call_span.attributes or {}
-    if verdict == "failed":
-        assert span[t.RPC_RESPONSE_STATUS_CODE] == "-32042"
+    assert_ended_badly(telemetry, tool, verdict, status, error_type)
 
 
 async def test_a_cancelled_task(instrumented: ServerHandle, driver: Driver, telemetry: Telemetry) -> None:
@@ -429,10 +277,10 @@ async def test_a_cancelled_task(instrumented: ServerHandle, driver: Driver, tele
                 CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id)), mcp_types.Result
             )
         assert outcome, "a cancelled task is no result"
-    record = _task_record(telemetry, "slow")
+    record = task_record(telemetry, "slow")
     assert (record[t.VERDICT], record[t.TASK_STATUS]) == ("failed", "cancelled")
     assert task_id not in _exported(telemetry)  # fastmcp's message names it: "Task <id> was cancelled"
-    _error_type_is(_call_span(telemetry, "slow"), "cancelled")
+    error_type_is(task_call_span(telemetry, "slow"), "cancelled")
 
 
 def _first_polled_task(server: ServerHandle) -> str:
@@ -534,7 +382,7 @@ async def test_task_ids_never_leave_raw(
         assert await call(*CHARGE) == "charged 7"
     task_id = _first_polled_task(server)
     assert task_id not in _exported(telemetry)
-    assert str(_task_record(telemetry)[t.TASK]).startswith("h:")
+    assert str(task_record(telemetry)[t.TASK]).startswith("h:")
 
 
 # -- every task-backed call ends, once, with its record, however its app leaves it --
@@ -564,10 +412,10 @@ async def test_abandoned_handles_end_as_their_session_closes(
     async with fastmcp.Client(server.url) as client:
         handles = [await call_tool_task(client, "charge", {"amount": n}) for n in range(ABANDONED)]
         session = weakref.ref(client.session)
-        assert not _task_records(telemetry)  # open: their tasks have not ended, their session lives
+        assert not task_records(telemetry)  # open: their tasks have not ended, their session lives
     assert len({h.task_id for h in handles}) == ABANDONED
     assert server.counters.wait_until(lambda c: c.executions("charge") == ABANDONED, 120)
-    found = _task_records(telemetry)
+    found = task_records(telemetry)
     assert len(found) == ABANDONED and all(_as_left(r) == LEFT for r in found)
     spans = telemetry.spans()
     call_spans = [
@@ -594,8 +442,8 @@ async def test_the_bound_on_open_calls_ends_the_oldest(
     async with fastmcp.Client(server.url) as client:
         for n in range(3):
             await call_tool_task(client, "charge", {"amount": n})
-        assert [_as_left(r) for r in _task_records(telemetry)] == [LEFT]
-    assert [_as_left(r) for r in _task_records(telemetry)] == [LEFT] * 3
+        assert [_as_left(r) for r in task_records(telemetry)] == [LEFT]
+    assert [_as_left(r) for r in task_records(telemetry)] == [LEFT] * 3
     assert server.counters.wait_until(lambda c: c.executions("charge") == 3, 10)
     assert _calls_counted(telemetry, "failed") == 3
 
@@ -617,9 +465,9 @@ async def test_an_answer_naming_another_task_settles_nothing(
     assert error.task_id == misnaming.created[1]
     assert "declined by the bank" not in repr(raised.value)
     assert server.counters.wait_until(lambda c: c.executions("charge") == 1, 10)  # its task runs on
-    assert _as_left(_task_record(telemetry)) == LEFT
-    _error_type_is(_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
-    assert _task_record(telemetry, "declined")[t.TASK_STATUS] == "failed"
+    assert _as_left(task_record(telemetry)) == LEFT
+    error_type_is(task_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
+    assert task_record(telemetry, "declined")[t.TASK_STATUS] == "failed"
 
 
 @pytest.mark.parametrize("polled", [True, False], ids=["polled", "left"])
@@ -635,9 +483,9 @@ async def test_two_calls_given_one_task_each_end_with_their_own_record(
         second = await call_tool_task(client, "charge", {"amount": 2})
         assert second.task_id == first.task_id
         if polled:
-            assert _text(await second.result()) == "charged 1"  # the first task's, as the server said
+            assert result_text(await second.result()) == "charged 1"  # the first task's, as the server said
     assert server.counters.wait_until(lambda c: c.executions("charge") == 2, 10)
-    found = _task_records(telemetry)
+    found = task_records(telemetry)
     assert len(found) == 2 and len({r[t.JSONRPC_REQUEST_ID] for r in found}) == 2
     assert len({r[t.TASK] for r in found}) == 1
     if polled:
