@@ -154,6 +154,11 @@ def _modes() -> tuple[ServerMode, ...]:
 
 MATRIX: Final = _modes()
 
+# rmcp running each tool as a task (SEP-2663) for a client that declares the tasks extension: the
+# foreign task server of tests/tasks/test_foreign_tasks.py, not a cell of the matrix (its clients
+# declare no extension, and get what `session` gives them).
+RUST_TASKS: Final = ServerMode(RUST, VERSIONS[RUST], "tasks", BOTH)
+
 
 def builds() -> dict[str, str]:
     """Where scripts/conformance-servers put the builds (it is asked, so the two never disagree)."""

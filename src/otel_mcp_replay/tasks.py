@@ -183,6 +183,7 @@ async def _poll(
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
+        poll.ended()  # (what its streams said is read first: its final error among it)
         seen = poll_failed(call, poll, exc)
         if call.guarded is not None:
             await settle_shared(runtime.guard, call.guarded)
@@ -192,6 +193,7 @@ async def _poll(
     finally:
         otel_context.detach(otel_token)
         CURRENT_POLL.reset(token)
+    poll.ended()
     seen = status_seen(call, result)
     if call.guarded is not None:  # its task ended: what the guard remembers, told
         await settle_shared(runtime.guard, call.guarded)
@@ -259,6 +261,14 @@ class TaskPoll:
         self.runtime, self.call, self.tool = runtime, call, call.tool
         self.call_span: CallSpan = call.call_span
         self.ledger = RequestReplay()
+
+    def ended(self) -> None:
+        """Its request is over (the SDK read its answer, or it failed): an attempt still awaiting its
+        answer on its event stream (a server that answers polls so: rmcp) is settled now as what that
+        stream said, its span ended, before its call may end."""
+        attempt = self.attempt
+        if attempt is not None and attempt.state != "done":
+            attempt.abandon()
 
 
 # The poll being sent in this context (the SDK carries the context into the task that POSTs it).

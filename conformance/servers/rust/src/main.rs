@@ -2,14 +2,21 @@
 //! matrix, each execution counted, the counts read at GET /count.
 //!
 //!     conformance-rust MODE    MODE: session (rmcp's default: session ids, a priming event on
-//!                              each stream) | stateless | json (stateless, JSON answers)
+//!                              each stream) | stateless | json (stateless, JSON answers) |
+//!                              tasks (as session, each tool run as a task, SEP-2663, for a client
+//!                              that declares the tasks extension: rmcp's TaskManager)
 //!
 //! It listens on 127.0.0.1 (a free port) and prints "READY <port>" once it accepts connections.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
-use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::handler::server::{router::tool::ToolRouter, tool::ToolCallContext, wrapper::Parameters};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
+    GetTaskParams, GetTaskResult, ServerCapabilities, ServerConfig, UpdateTaskParams,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::transport::streamable_http_server::{
     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
@@ -36,6 +43,7 @@ struct Bulk {
 struct Tools {
     counts: Counts,
     tool_router: ToolRouter<Self>,
+    tasks: Option<TaskManager>, // the tasks mode's: one for the whole server, whichever session polls
 }
 
 impl Tools {
@@ -81,10 +89,73 @@ impl Tools {
     }
 }
 
+// A task polls quickly: the clients honour the task's pollIntervalMs (rmcp's default is 1 s).
+const POLL_INTERVAL_MS: u64 = 10;
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder().enable_tools();
+        if self.tasks.is_some() {
+            ServerConfig::new(capabilities.enable_tasks().build())
+        } else {
+            ServerConfig::new(capabilities.build())
+        }
+    }
+
+    /// The tool router's call, or in the tasks mode (the client declared the extension) the same
+    /// call run as a task: its result, or its JSON-RPC error, is the task's terminal state.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let declared = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
+        let Some(tasks) = self.tasks.as_ref().filter(|_| declared) else {
+            return self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        };
+        let this = self.clone();
+        let options = TaskOptions::new().with_poll_interval_ms(POLL_INTERVAL_MS);
+        let task = tasks.spawn(options, move |_| {
+            Box::pin(async move {
+                match this.tool_router.call(ToolCallContext::new(&this, request, context)).await {
+                    Ok(CallToolResponse::Complete(result)) => Ok(result),
+                    Ok(_) => Err(TaskExit::Error(ErrorData::internal_error("no result", None))),
+                    Err(error) => Err(TaskExit::Error(error)),
+                }
+            })
+        });
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.task_manager()?.get_task(&request.task_id)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_manager()?.update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_manager()?.cancel_task(&request.task_id)
+    }
+}
+
+impl Tools {
+    fn task_manager(&self) -> Result<&TaskManager, ErrorData> {
+        self.tasks.as_ref().ok_or_else(|| ErrorData::method_not_found::<rmcp::model::GetTaskMethod>())
     }
 }
 
@@ -92,7 +163,7 @@ impl ServerHandler for Tools {
 async fn main() -> std::io::Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "session".into());
     let config = match mode.as_str() {
-        "session" => StreamableHttpServerConfig::default(),
+        "session" | "tasks" => StreamableHttpServerConfig::default(),
         "stateless" => StreamableHttpServerConfig::default().with_legacy_session_mode(false),
         "json" => StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
@@ -104,8 +175,9 @@ async fn main() -> std::io::Result<()> {
     };
     let counts: Counts = Arc::default();
     let made = counts.clone();
+    let tasks = (mode == "tasks").then(TaskManager::new);
     let service: StreamableHttpService<Tools, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(Tools { counts: made.clone(), tool_router: Tools::tool_router() }),
+        move || Ok(Tools { counts: made.clone(), tool_router: Tools::tool_router(), tasks: tasks.clone() }),
         Default::default(),
         config,
     );
