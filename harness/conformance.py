@@ -158,6 +158,7 @@ MATRIX: Final = _modes()
 # foreign task server of tests/tasks/test_foreign_tasks.py, not a cell of the matrix (its clients
 # declare no extension, and get what `session` gives them).
 RUST_TASKS: Final = ServerMode(RUST, VERSIONS[RUST], "tasks", BOTH)
+RUST_TASKS_GZIP: Final = ServerMode(RUST, VERSIONS[RUST], "tasks", BOTH, gzip=True)  # nginx's gzip in front
 
 
 def builds() -> dict[str, str]:

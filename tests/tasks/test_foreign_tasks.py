@@ -2,8 +2,9 @@
 each tool as a task with its own `TaskManager` (conformance/servers/rust, its `tasks` mode), for
 each client that drives one (tests/support/task_calls.py), in the era they negotiate (2026-07-28).
 
-Faults are injected on the TCP connection in front of the server (harness/proxy.py's `TcpProxy`) on
-the `tasks/get` POSTs, and executions are counted by the server, the ground truth: the changing tool
+The server runs alone and behind nginx gzipping its answers, as a deployment's proxy does. Faults
+are injected on the TCP connection in front of it all (harness/proxy.py's `TcpProxy`) on the
+`tasks/get` POSTs, and executions are counted by the server, the ground truth: the changing tool
 runs once, the record says how its task ended, and each poll's attempts are `POST` spans under the
 call span. The server is built by scripts/conformance-servers; when it is not built these tests fail,
 never skip. Runs in the tasks environment (scripts/test-lines), as tests/tasks/test_tasks.py does.
@@ -45,13 +46,17 @@ def driver(request: pytest.FixtureRequest) -> Driver:
     return DRIVERS[str(request.param)]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[c.RunningServer]:
+@pytest.fixture(scope="module", params=[c.RUST_TASKS, c.RUST_TASKS_GZIP], ids=lambda mode: mode.name)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[c.RunningServer]:
+    """rmcp's task server, alone and behind nginx gzipping its event streams (the polls' answers)."""
+    mode: c.ServerMode = request.param
     try:
         built = c.builds()
     except c.BuildsMissing as exc:
         pytest.fail(str(exc), pytrace=False)
-    with c.running(c.RUST_TASKS, built, tmp_path_factory.mktemp("rust-tasks")) as running:
+    with c.running(mode, built, tmp_path_factory.mktemp(mode.name.replace("+", "-"))) as running:
         yield running
 
 
