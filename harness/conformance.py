@@ -3,10 +3,11 @@
 The rule kept here: every process started is stopped on exit (terminated, then killed), each listens
 only on 127.0.0.1, and every wait is a bounded poll that guards a hang and decides nothing. The
 server programs are ours (conformance/servers/), built on the TypeScript SDK (1.x and v2), the Go
-SDK, rmcp, fastmcp and the Java SDK by scripts/conformance-servers into the user's cache; each serves
-the same five tools at `/mcp` and counts their executions, read at `/count` without a tool call: the ground
-truth. A mode may put nginx in front, gzipping event streams and JSON as a deployment does; the
-faults are injected in front of all of it, on the TCP connection (harness/proxy.py's `TcpProxy`).
+SDK, rmcp, fastmcp and the Java SDK by scripts/conformance-servers into the user's cache; each
+serves the same five tools at `/mcp` and counts their executions, read at `/count` without a tool
+call: the ground truth. A mode may put nginx in front, gzipping event streams and JSON as a
+deployment does; the faults are injected in front of all of it, on the TCP connection
+(harness/proxy.py's `TcpProxy`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ of tests/tasks/, which run in the tasks environment: fastmcp-tasks is imported h
 Each driver is an async context holding a connected client, and its call: fastmcp's
 `Client.call_tool`, a `call_tool_task` handle, pydantic-ai's `direct_call_tool(use_task=True)`, and
 `mcp.Client` with the tasks extension. The readers find a task-backed call's span, its attempts'
-`POST` spans and its record among the exported spans.
+`POST` spans and its record among the exported spans, and what a failed call raised.
 """
 
 from __future__ import annotations
@@ -13,15 +13,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import anyio
 import fastmcp
+import pytest
 from fastmcp_tasks import call_tool_task
 from fastmcp_tasks.client import TasksClientExtension
+from fastmcp_tasks.client_models import ClientGetTaskResult, GetTaskRequest, GetTaskRequestParams
 from mcp import Client as McpClient
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from pydantic_ai.mcp import MCPToolset
 from tests.support.telemetry import Telemetry, records
 
+from otel_mcp_replay import RepeatRefusedError, UnknownEffectError
 from otel_mcp_replay import telemetry as t
 
 CHARGE = ("charge", {"amount": 7})  # the changing tool, called once: each task server has it
@@ -193,3 +197,42 @@ def assert_ended_badly(telemetry: Telemetry, tool: str, verdict: str, status: st
     error_type_is(call_span, error_type)
     if verdict == "failed":  # the task's code, which is its error.type
         assert (call_span.attributes or {})[t.RPC_RESPONSE_STATUS_CODE] == error_type
+
+
+async def fails_unknown(call: Call, session: Any) -> None:
+    """The call fails with UnknownEffectError (through the client's own wrapping), whose task can
+    be polled again; calling the changing tool again is refused before anything is sent."""
+    with pytest.raises(BaseException) as raised:
+        await call(*CHARGE)
+    error = unknown_effect_in(raised.value)
+    assert error.task_id, "the app learns which task to poll"
+    assert error.task_id not in str(error)
+    with pytest.raises(BaseException) as again:
+        await call(*CHARGE)
+    assert found_in(again.value, RepeatRefusedError) is not None
+    with anyio.fail_after(10):  # polling the task is never refused
+        while True:
+            polled = await session.send_request(
+                GetTaskRequest(params=GetTaskRequestParams(task_id=error.task_id)), ClientGetTaskResult
+            )
+            if polled.status == "completed":
+                break
+            await anyio.sleep(0.05)
+
+
+def found_in(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """`error`, or one it was raised from or grouped with, that is a `kind`."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, kind):
+            return error
+        grouped = getattr(error, "exceptions", None)  # an exception group (3.11's, or the backport's)
+        error = grouped[0] if grouped else error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+def unknown_effect_in(error: BaseException) -> UnknownEffectError:
+    found = found_in(error, UnknownEffectError)
+    assert isinstance(found, UnknownEffectError), repr(error)
+    return found

@@ -23,6 +23,8 @@ from tests.support.task_calls import (
     Driver,
     assert_ended_badly,
     attempt_posts,
+    error_type_is,
+    fails_unknown,
     span_tree,
     task_call_span,
     task_record,
@@ -113,6 +115,26 @@ async def test_a_failed_poll_is_repeated(
     assert failures.count(failure) == 1 and len(failures) >= 3, span_tree(telemetry)
     if fault is not None:
         assert [(p.attributes or {}).get(OLD_HTTP_STATUS) for p in posts].count(429) == 1
+
+
+async def test_polls_cut_past_the_attempts_then_the_apps_recall(
+    instrumented: c.RunningServer, driver: Driver, telemetry: Telemetry
+) -> None:
+    """Every attempt of a poll cut: only the call fails, with UnknownEffectError carrying its task's
+    id; the app's recall of the changing tool is refused before anything is sent, and the task, polled
+    again by its id, completed: it ran once."""
+    server = instrumented
+    before = server.executions().get("charge", 0)
+    for _ in range(3):  # the policy's attempts of one poll (max_attempts 3)
+        server.proxy.cut_next(forward_request=False, match=TASKS_GET)
+    async with driver(server.url) as (call, session):
+        await fails_unknown(call, session)
+    assert server.proxy.armed == 0, "the faults were not used by the call"
+    assert await _ran(server, "charge", before, 1) == 1
+    record = task_record(telemetry)
+    assert record[t.VERDICT] == "failed" and record[t.MAY_HAVE_RUN] is True
+    assert record[t.EFFECT] == "unknown"  # its task may still run
+    error_type_is(task_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
 @pytest.mark.parametrize("fault", [None, THROTTLED], ids=["cut", "429"])

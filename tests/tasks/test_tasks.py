@@ -25,25 +25,24 @@ from fastmcp_tasks import call_tool_task
 from fastmcp_tasks.client_models import (
     CancelTaskRequest,
     CancelTaskRequestParams,
-    ClientGetTaskResult,
-    GetTaskRequest,
-    GetTaskRequestParams,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from tests.support.task_calls import (
     CHARGE,
     DRIVERS,
-    Call,
     Driver,
     assert_ended_badly,
     attempt_posts,
     error_type_is,
+    fails_unknown,
+    found_in,
     result_text,
     span_tree,
     task_call_span,
     task_record,
     task_records,
+    unknown_effect_in,
 )
 from tests.support.task_server import TaskMisnaming, running_task_server
 from tests.support.telemetry import OLD_HTTP_STATUS, Telemetry, is_attempt, records
@@ -154,7 +153,7 @@ async def test_throttled_polls(
         if throttles == 1:
             assert await call(*CHARGE) == "charged 7"
         else:
-            await _fails_unknown(call, session)
+            await fails_unknown(call, session)
         assert await call("report", {}) == "report"  # the session lives on
     assert server.counters.executions("charge") == 1
     record = task_record(telemetry)
@@ -168,52 +167,13 @@ async def test_throttled_polls(
         assert record[t.TASK_STATUS] == "working"
 
 
-async def _fails_unknown(call: Call, session: Any) -> None:
-    """The call fails with UnknownEffectError (through the client's own wrapping), whose task can
-    be polled again; calling the changing tool again is refused before anything is sent."""
-    with pytest.raises(BaseException) as raised:
-        await call(*CHARGE)
-    error = _unknown_effect(raised.value)
-    assert error.task_id, "the app learns which task to poll"
-    assert error.task_id not in str(error)
-    with pytest.raises(BaseException) as again:
-        await call(*CHARGE)
-    assert _found(again.value, RepeatRefusedError) is not None
-    with anyio.fail_after(10):  # polling the task is never refused
-        while True:
-            polled = await session.send_request(
-                GetTaskRequest(params=GetTaskRequestParams(task_id=error.task_id)), ClientGetTaskResult
-            )
-            if polled.status == "completed":
-                break
-            await anyio.sleep(0.05)
-
-
-def _found(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:
-    """`error`, or one it was raised from or grouped with, that is a `kind`."""
-    seen = 0
-    while error is not None and seen < 10:
-        if isinstance(error, kind):
-            return error
-        grouped = getattr(error, "exceptions", None)  # an exception group (3.11's, or the backport's)
-        error = grouped[0] if grouped else error.__cause__ or error.__context__
-        seen += 1
-    return None
-
-
-def _unknown_effect(error: BaseException) -> UnknownEffectError:
-    found = _found(error, UnknownEffectError)
-    assert isinstance(found, UnknownEffectError), repr(error)
-    return found
-
-
 async def test_polls_cut_past_the_attempts_then_the_apps_recall(
     instrumented: ServerHandle, driver: Driver, telemetry: Telemetry
 ) -> None:
     server = instrumented
     server.faults.add_method("tasks/get", *[DropBeforeExecution(reset=True)] * 3)
     async with driver(server.url) as (call, session):
-        await _fails_unknown(call, session)
+        await fails_unknown(call, session)
         assert await call("report", {}) == "report"
     assert server.counters.executions("charge") == 1
     record = task_record(telemetry)
@@ -230,7 +190,7 @@ async def test_compatibility_too(
     instrument(servers={server.url: {"policy": "compatibility", "tools": {"charge": {"changes": True}}}})
     server.faults.add_method("tasks/get", *[DropBeforeExecution(reset=True)] * 3)
     async with driver(server.url) as (call, session):
-        await _fails_unknown(call, session)
+        await fails_unknown(call, session)
     assert server.counters.executions("charge") == 1
     assert task_record(telemetry)[t.MAY_HAVE_RUN] is True
 
@@ -301,10 +261,10 @@ async def test_a_cut_creating_request(
     async with driver(server.url) as (call, _):
         with pytest.raises(BaseException) as raised:
             await call(*CHARGE)
-        assert _unknown_effect(raised.value).task_id is None
+        assert unknown_effect_in(raised.value).task_id is None
         with pytest.raises(BaseException) as again:
             await call(*CHARGE)
-        assert _found(again.value, RepeatRefusedError) is not None
+        assert found_in(again.value, RepeatRefusedError) is not None
     # The task was created, and its tool runs in the server's worker: once, never twice.
     assert server.counters.tool_posts("charge") == 1
     assert server.counters.wait_until(lambda c: c.executions("charge") == 1, 10)
@@ -332,7 +292,7 @@ async def test_plain_a_failed_poll_then_the_apps_recall_runs_it_twice(
     with pytest.raises(BaseException) as raised:
         async with driver(server.url) as (call, _):
             await call(*CHARGE)
-    assert _found(raised.value, UnknownEffectError) is None
+    assert found_in(raised.value, UnknownEffectError) is None
     async with driver(server.url) as (call, _):  # a new session: a cut took the first one down
         assert await call(*CHARGE) == "charged 7"
     assert server.counters.wait_until(lambda c: c.executions("charge") == 2, 10)
@@ -353,7 +313,7 @@ async def test_plain_a_cut_creating_request_then_the_apps_recall(
     with pytest.raises(BaseException) as raised:
         async with driver(server.url) as (call, _):
             await call(*CHARGE)
-    assert _found(raised.value, UnknownEffectError) is None
+    assert found_in(raised.value, UnknownEffectError) is None
     async with driver(server.url) as (call, _):
         assert await call(*CHARGE) == "charged 7"
     assert server.counters.wait_until(lambda c: c.executions("charge") == 2, 10)
@@ -461,7 +421,7 @@ async def test_an_answer_naming_another_task_settles_nothing(
         misnaming.polled_as = misnaming.created[0]  # the declined task's
         with pytest.raises(BaseException) as raised:
             await call(*CHARGE)
-    error = _unknown_effect(raised.value)
+    error = unknown_effect_in(raised.value)
     assert error.task_id == misnaming.created[1]
     assert "declined by the bank" not in repr(raised.value)
     assert server.counters.wait_until(lambda c: c.executions("charge") == 1, 10)  # its task runs on
