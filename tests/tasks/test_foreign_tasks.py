@@ -13,7 +13,7 @@ never skip. Runs in the tasks environment (scripts/test-lines), as tests/tasks/t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import anyio
 import pytest
@@ -41,6 +41,16 @@ THROTTLED = (
     b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 )
 DECLARATION = {"policy": "app-authorized", "tools": {"charge": {"changes": True}}}
+# Past a poll's response headers (rmcp's, and nginx's in front: about 160 bytes) and before its
+# answer's event: where a cut leaves a 200 without its answer.
+STREAM_CUT_AFTER_BYTES: Final = 230
+
+
+class Fault(NamedTuple):
+    answer: bytes | None  # the proxy's answer in the server's place (the request not forwarded)
+    after_bytes: int | None  # the request forwarded, its response cut after these bytes
+    failure: str  # what the failed attempt says
+    status: int | None  # its HTTP status
 
 
 @pytest.fixture(params=list(DRIVERS))
@@ -94,27 +104,38 @@ async def test_clean(instrumented: c.RunningServer, driver: Driver, telemetry: T
     assert span.end_time is not None and all((p.end_time or 0) <= span.end_time for p in posts)
 
 
-@pytest.mark.parametrize(
-    ("fault", "failure"), [(None, "network"), (THROTTLED, "throttle")], ids=["cut", "429"]
-)
+# A poll's fault on the TCP connection: cut before it reached the server; refused with a 429 (the
+# proxy's, in the server's place); or its event stream cut once the server's first bytes passed
+# (its headers, not its answer: the failed attempt's status, 200, says the premise held).
+CUT: Final = Fault(None, None, "network", None)
+REFUSED: Final = Fault(THROTTLED, None, "throttle", 429)
+STREAM_CUT: Final = Fault(None, STREAM_CUT_AFTER_BYTES, "network", 200)
+
+
+@pytest.mark.parametrize("fault", [CUT, REFUSED, STREAM_CUT], ids=["cut", "429", "stream-cut"])
 async def test_a_failed_poll_is_repeated(
-    instrumented: c.RunningServer, driver: Driver, telemetry: Telemetry, fault: bytes | None, failure: str
+    instrumented: c.RunningServer, driver: Driver, telemetry: Telemetry, fault: Fault
 ) -> None:
-    """A poll cut before it reached the server, or refused with a 429 (the proxy's, in the server's
-    place), is sent again: the call completes, its task ran once."""
+    """A poll that failed on the wire is sent again: the call completes, its task ran once."""
     server = instrumented
     before = server.executions().get("charge", 0)
-    server.proxy.cut_next(forward_request=False, match=TASKS_GET, answer=fault)
+    _arm(server, fault)
     async with driver(server.url) as (call, _):
         assert await call(*CHARGE) == "charged 7"
     assert server.proxy.armed == 0, "the fault was not used by the call"
     assert await _ran(server, "charge", before, 1) == 1
     assert task_record(telemetry)[t.VERDICT] == "completed"
     posts = attempt_posts(telemetry, task_call_span(telemetry, "charge"))
-    failures = [(p.attributes or {}).get(t.FAILURE) for p in posts]
-    assert failures.count(failure) == 1 and len(failures) >= 3, span_tree(telemetry)
-    if fault is not None:
-        assert [(p.attributes or {}).get(OLD_HTTP_STATUS) for p in posts].count(429) == 1
+    failed = [p.attributes or {} for p in posts if (p.attributes or {}).get(t.FAILURE) is not None]
+    assert [a[t.FAILURE] for a in failed] == [fault.failure] and len(posts) >= 3, span_tree(telemetry)
+    assert failed[0].get(OLD_HTTP_STATUS) == fault.status, span_tree(telemetry)
+
+
+def _arm(server: c.RunningServer, fault: Fault) -> None:
+    if fault.after_bytes is None:
+        server.proxy.cut_next(forward_request=False, match=TASKS_GET, answer=fault.answer)
+    else:
+        server.proxy.cut_next(fault.after_bytes, match=TASKS_GET)
 
 
 async def test_polls_cut_past_the_attempts_then_the_apps_recall(
@@ -137,14 +158,14 @@ async def test_polls_cut_past_the_attempts_then_the_apps_recall(
     error_type_is(task_call_span(telemetry, "charge"), "otel_mcp_replay.UnknownEffectError")
 
 
-@pytest.mark.parametrize("fault", [None, THROTTLED], ids=["cut", "429"])
+@pytest.mark.parametrize("fault", [CUT, REFUSED, STREAM_CUT], ids=["cut", "429", "stream-cut"])
 async def test_plain_a_failed_poll_fails_the_call(
-    server: c.RunningServer, driver: Driver, fault: bytes | None
+    server: c.RunningServer, driver: Driver, fault: Fault
 ) -> None:
     """The control, without the plugin: the same failed poll fails the call (the client's own error),
     though its task ran and completed on the server: an app that calls again runs the tool twice."""
     before = server.executions().get("charge", 0)
-    server.proxy.cut_next(forward_request=False, match=TASKS_GET, answer=fault)
+    _arm(server, fault)
     raised: list[BaseException] = []
     # Each client raises its own kind, some again as their session closes on the lost connection.
     with pytest.raises(BaseException):  # noqa: B017
