@@ -550,6 +550,11 @@ CONTENT = {
     "gen_ai.tool.call.result": "charged",
     "gen_ai.input.messages": ("hello",),
     "gen_ai.output.messages": '[{"role": "assistant"}]',
+    # OpenLLMetry's MCP instrumentation (opentelemetry-instrumentation-mcp), as it writes them.
+    "traceloop.entity.input": '{"tool_name": "charge", "arguments": {"card": "4111"}}',
+    "traceloop.entity.output": '{"result": "charged"}',
+    "mcp.request.argument": '{"method": "tools/call"}',
+    "mcp.response.value": '{"content": [{"type": "text", "text": "charged"}]}',
 }
 
 
@@ -560,6 +565,10 @@ def test_other_instrumentations_genai_content_is_masked_by_default() -> None:
         "gen_ai.tool.call.result": MASK,
         "gen_ai.input.messages": (MASK,),
         "gen_ai.output.messages": MASK,
+        "traceloop.entity.input": MASK,
+        "traceloop.entity.output": MASK,
+        "mcp.request.argument": MASK,
+        "mcp.response.value": MASK,
         "gen_ai.tool.name": "charge",
     }
     masked = {key: value for key, value in got.items() if key in CONTENT}

@@ -60,14 +60,20 @@ MIRRORED_ARGUMENT_WORD_START: Final = "mcpparam"
 URL_KEYS: Final = frozenset({"url.full", "http.url", "url.original", "http.target"})
 URL_LAST_WORDS: Final = frozenset({"url", "uri", "referer", "referrer", "location"})
 PARAM_KEYS: Final = frozenset({"url.query", "url.fragment"})
-# The content other instrumentations record by default (the GenAI conventions' opt-in content, as
-# aws-opentelemetry-distro's MCP instrumentation writes it): tool arguments, results, messages.
+# The content other instrumentations record by default: tool arguments, results, messages. The
+# GenAI conventions' opt-in content, as aws-opentelemetry-distro's MCP instrumentation writes it;
+# and OpenLLMetry's (opentelemetry-instrumentation-mcp, on unless TRACELOOP_TRACE_CONTENT=false): a
+# call's name and arguments, its result, a server's answer (and the request, named in its keys).
 CONTENT_KEYS: Final = frozenset(
     {
         "gen_ai.tool.call.arguments",
         "gen_ai.tool.call.result",
         "gen_ai.input.messages",
         "gen_ai.output.messages",
+        "traceloop.entity.input",
+        "traceloop.entity.output",
+        "mcp.request.argument",
+        "mcp.response.value",
     }
 )
 
