@@ -131,7 +131,8 @@ async def app_client(kind: str, url: str, mode: str) -> AsyncIterator[AppClient]
     if kind == "fastmcp.Client":
         import fastmcp
 
-        async with fastmcp.Client(url, mode=mode) as client:
+        # fastmcp 4 (mcp 2.x) chooses the era; fastmcp 3 (mcp 1.x) speaks the legacy one only.
+        async with fastmcp.Client(url, **({"mode": mode} if LINE == 2 else {})) as client:
             yield AppClient(kind, client)
         return
     async with Client(url, mode=mode) as client:
