@@ -65,3 +65,12 @@ run() {
   shift
   "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@"
 }
+
+# The framework installed first, then the project: pip must keep the framework's pins.
+framework() {
+  local name=$1 packages=$2
+  shift 2
+  build "fw-$name" test-line "" "$packages"
+  echo "$name: $(versions "fw-$name" mcp opentelemetry-api)"
+  run "fw-$name" "$@"
+}

@@ -14,7 +14,7 @@ span passes redaction (the distro's configurator's exporters are put behind it w
 instrumented): no canary of the arguments, no raw session id. The law holds: the server counts.
 
 The distro pins OpenTelemetry 1.45.1 (0.21.0: 1.44) and mcp < 2: it runs in an environment of its own
-(.venv-fw-aws, scripts/test-lines); elsewhere this file is skipped.
+(.venv-fw-aws, scripts/test-beside); elsewhere this file is skipped.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ too. Naming a sampler (`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, the ratio
 every set-up: the server counts.
 
 EDOT pins OpenTelemetry 1.45.1: it runs in an environment of its own (.venv-fw-edot, mcp 2.3,
-scripts/test-lines); elsewhere this file is skipped.
+scripts/test-beside); elsewhere this file is skipped.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ under it, the server counts one execution of each tool, and no canary crosses th
 
 It runs where one of them is installed: .venv-fw-mcp-instrumentations (mcp 1.30, both) and
 .venv-fw-openinference (mcp 2.3; OpenLLMetry's instrumentor does not load on mcp 2.x: it wraps
-`mcp.shared.session`, which 2.x does not have), built by scripts/test-lines.
+`mcp.shared.session`, which 2.x does not have), built by scripts/test-beside.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ session id. The law holds: the server counts. On mcp 1.x nothing instruments the
 no server span is drawn.
 
 It runs on each mcp line installed: the main environment (mcp 2.x) and .venv-fw-otel-distro
-(mcp 1.30, scripts/test-lines).
+(mcp 1.30, scripts/test-beside).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ under each configurator (Splunk's, the plugin's), and the demo's agent under the
 Splunk's here). The law holds: the servers count.
 
 Splunk pins OpenTelemetry 1.45.1 and opentelemetry-configuration 0.66b1: it runs in an environment of
-its own (.venv-fw-splunk, mcp 2.3, scripts/test-lines); elsewhere this file is skipped.
+its own (.venv-fw-splunk, mcp 2.3, scripts/test-beside); elsewhere this file is skipped.
 """
 
 from __future__ import annotations

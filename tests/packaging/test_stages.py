@@ -140,7 +140,7 @@ def test_the_test_scripts_run_their_steps_as_stages() -> None:
     # A step is a script, a linter or an environment's suite; each must be the argument of `stage`,
     # never a command of its own, which under set -e would end the run at its first failure.
     step = re.compile(r"^\s*(\./scripts/|\.venv/bin/(ruff|mypy)|(line|otel|framework|on_python) )", re.M)
-    for name, least in (("test", 8), ("test-lines", 8), ("test-pythons", 2)):
+    for name, least in (("test", 8), ("test-lines", 8), ("test-beside", 4), ("test-pythons", 2)):
         text = (ROOT / "scripts" / name).read_text(encoding="utf-8")
         assert ". scripts/stages.sh" in text, name
         assert text.rstrip().endswith("\nfinish"), name
